@@ -1,0 +1,233 @@
+"""The ``es-rag`` command: init, ingest, search, delete, info.
+
+Contracts other tools rely on: ``search --json`` prints one JSON object; ``ingest`` prints
+one line per failed input and exits non-zero if any failed, after ingesting the others;
+every error is one line on stderr with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from es_rag.config import Settings
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Permission-aware hybrid retrieval for RAG on Elasticsearch.",
+    pretty_exceptions_enable=False,
+)
+
+_overrides: dict[str, Any] = {}
+
+
+def _settings(**extra: Any) -> Settings:
+    values = {k: v for k, v in {**_overrides, **extra}.items() if v is not None}
+    try:
+        return Settings(**values)
+    except ValueError as exc:
+        _fail(f"configuration: {exc}")
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"es-rag: error: {' '.join(message.split())}", err=True)
+    raise typer.Exit(code)
+
+
+def _run(fn: Any) -> Any:
+    """Run ``fn``; turn es-rag's errors (and a dead server) into one line on stderr."""
+    from es_rag.errors import EsRagError
+
+    try:
+        return fn()
+    except EsRagError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+
+
+@app.callback()
+def main_options(
+    es_url: Annotated[str | None, typer.Option(help="Elasticsearch URL (ES_RAG_ES_URL)")] = None,
+    index: Annotated[str | None, typer.Option(help="index alias (ES_RAG_INDEX)")] = None,
+    embedding_backend: Annotated[
+        str | None, typer.Option(help="sentence-transformers | flag | openai")
+    ] = None,
+    embedding_model: Annotated[str | None, typer.Option(help="model name or path")] = None,
+    embedding_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1, mps")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log progress details")] = False,
+) -> None:
+    """Settings come from ES_RAG_* environment variables; these flags override them."""
+    _overrides.update(
+        es_url=es_url,
+        index=index,
+        embedding_backend=embedding_backend,
+        embedding_model=embedding_model,
+        embedding_url=embedding_url,
+        device=device,
+    )
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr)
+
+
+@app.command()
+def init() -> None:
+    """Create the index and its alias (idempotent); refuse an incompatible existing index."""
+    from es_rag.pipeline import Ingestor
+
+    ingestor = Ingestor(_settings())
+    name, created = _run(ingestor.init_index)
+    contract = ingestor.contract()
+    typer.echo(
+        json.dumps(
+            {
+                "alias": ingestor.settings.index,
+                "index": name,
+                "created": created,
+                "contract": asdict(contract),
+            }
+        )
+    )
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="files or folders (.txt, .md)")],
+    tenant: Annotated[str, typer.Option(help="tenant the documents belong to")],
+    allow: Annotated[
+        list[str] | None, typer.Option(help="principal allowed to read (user:u1, group:g)")
+    ] = None,
+    deny: Annotated[list[str] | None, typer.Option(help="principal denied even if allowed")] = None,
+    public: Annotated[bool, typer.Option(help="readable by everyone in the tenant")] = False,
+    doc_id: Annotated[str | None, typer.Option(help="document id (single file only)")] = None,
+    meta: Annotated[list[str] | None, typer.Option(help="metadata KEY=VALUE, repeatable")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print results as JSON")] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Ingest files inline (the queue comes with the worker)."""
+    from es_rag.acl import make_acl
+    from es_rag.pipeline import Ingestor, expand_paths
+
+    acl = _run(lambda: make_acl(tenant, allow=allow or [], deny=deny or [], public=public))
+    metadata: dict[str, str] = {}
+    for item in meta or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--meta expects KEY=VALUE, got {item!r}")
+        metadata[key] = value
+    ingestor = Ingestor(_settings())
+    total = sum(1 for _ in expand_paths(paths))
+    bar = None
+    if progress and not as_json and total > 1 and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="doc", file=sys.stderr)
+
+    def on_result(result: Any) -> None:
+        if bar is not None:
+            bar.update(1)
+        if result.status == "failed" and not as_json:
+            typer.echo(f"FAILED {result.doc_id}: {result.error}", err=True)
+
+    results = _run(
+        lambda: ingestor.ingest_paths(
+            paths, acl=acl, doc_id=doc_id, metadata=metadata, on_result=on_result
+        )
+    )
+    if bar is not None:
+        bar.close()
+    failed = [r for r in results if r.status == "failed"]
+    if as_json:
+        typer.echo(json.dumps({"results": [r.to_dict() for r in results]}, ensure_ascii=False))
+    else:
+        counts = {s: sum(r.status == s for r in results) for s in ("indexed", "skipped", "failed")}
+        chunks = sum(r.chunks for r in results if r.status == "indexed")
+        typer.echo(
+            f"{counts['indexed']} indexed ({chunks} chunks), {counts['skipped']} unchanged, "
+            f"{counts['failed']} failed"
+        )
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="the question")],
+    tenant: Annotated[str, typer.Option(help="the caller's tenant")],
+    as_: Annotated[
+        list[str] | None, typer.Option("--as", help="the caller's principal, e.g. user:u1")
+    ] = None,
+    group: Annotated[list[str] | None, typer.Option(help="a group the caller is in")] = None,
+    role: Annotated[list[str] | None, typer.Option(help="a role the caller holds")] = None,
+    k: Annotated[int | None, typer.Option(help="number of hits")] = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="auto | bm25 | knn | client-rrf | native-rrf")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Hybrid search on behalf of a caller; only what the caller may read comes back."""
+    from es_rag.acl import make_caller
+    from es_rag.query.search import Searcher
+
+    caller = _run(
+        lambda: make_caller(tenant, users=as_ or [], groups=group or [], roles=role or [])
+    )
+    searcher = Searcher(_settings())
+    response = _run(lambda: searcher.search(query, caller=caller, k=k, strategy=strategy))
+    if as_json:
+        typer.echo(json.dumps(response.to_dict(), ensure_ascii=False))
+        return
+    typer.echo(f"strategy: {response.strategy}" + (f"  ({response.note})" if response.note else ""))
+    for n, hit in enumerate(response.hits, start=1):
+        path = " > ".join(hit.title_path)
+        ranks = ", ".join(f"{k}={v}" for k, v in hit.ranks.items() if v is not None)
+        typer.echo(f"\n[{n}] {path}  ({hit.doc_id}; score {hit.score:.4f}; {ranks})")
+        typer.echo("    " + " ".join(hit.text.split())[:300])
+    timings = ", ".join(f"{k} {v:.1f} ms" for k, v in response.timings_ms.items())
+    typer.echo(f"\n{len(response.hits)} hits; {timings}")
+
+
+@app.command()
+def delete(doc_id: Annotated[str, typer.Argument(help="the document id to delete")]) -> None:
+    """Delete every chunk of a document."""
+    from es_rag.pipeline import Ingestor
+
+    ingestor = Ingestor(_settings())
+    removed = _run(lambda: ingestor.delete_document(doc_id))
+    typer.echo(json.dumps({"doc_id": doc_id, "deleted": removed}))
+
+
+@app.command()
+def info() -> None:
+    """What the cluster offers (version, license, native RRF) and the index's contract."""
+    from es_rag.engine.client import make_client, probe_cluster
+    from es_rag.engine.index import ChunkIndex
+
+    settings = _settings()
+    client = make_client(settings)
+    cluster = _run(lambda: probe_cluster(client, settings.index))
+    contract = _run(lambda: ChunkIndex(client, settings.index).contract())
+    typer.echo(
+        json.dumps(
+            {
+                "cluster": asdict(cluster),
+                "index": settings.index,
+                "contract": asdict(contract) if contract else None,
+            }
+        )
+    )
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app()
+
+
+if __name__ == "__main__":
+    main()

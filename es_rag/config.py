@@ -1,0 +1,109 @@
+"""Settings: the one source of defaults.
+
+Every value can come from the environment (prefix ``ES_RAG_``) or be passed explicitly;
+CLI flags override both. Settings are passed around as an object, never read from globals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EmbeddingBackend = Literal["sentence-transformers", "flag", "openai"]
+StrategyName = Literal["auto", "bm25", "knn", "client-rrf", "native-rrf"]
+Similarity = Literal["cosine", "dot_product", "max_inner_product", "l2_norm"]
+
+
+class Settings(BaseSettings):
+    """es-rag configuration (environment prefix ``ES_RAG_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="ES_RAG_", extra="ignore")
+
+    # --- search server -----------------------------------------------------------------
+    es_url: str = "http://127.0.0.1:9200"
+    es_api_key: SecretStr | None = None
+    es_username: str | None = None
+    es_password: SecretStr | None = None
+    es_ca_certs: Path | None = None
+    es_verify_certs: bool = True
+    es_request_timeout: float = 30.0
+    index: str = Field(default="es-rag", description="alias name; concrete indices are <alias>-<n>")
+
+    # --- queue (workers come with the Celery issue) -----------------------------------
+    redis_url: str = "redis://127.0.0.1:6379/0"
+
+    # --- embeddings ---------------------------------------------------------------------
+    embedding_backend: EmbeddingBackend = "sentence-transformers"
+    embedding_model: str = Field(
+        default="BAAI/bge-m3", description="model name or local path (a folder)"
+    )
+    embedding_url: str | None = Field(
+        default=None, description="base URL of an OpenAI-compatible server (backend=openai)"
+    )
+    embedding_api_key: SecretStr | None = None
+    embedding_dims: int | None = Field(
+        default=None, description="expected dimensions; probed from the model when unset"
+    )
+    embedding_batch_size: int = 32
+    embedding_max_length: int = 512
+    embedding_normalize: bool = True
+    query_prefix: str = Field(default="", description="text prepended to queries (e.g. 'query: ')")
+    passage_prefix: str = Field(default="", description="text prepended to passages")
+    embedding_input_type: bool = Field(
+        default=True,
+        description="send input_type=query|passage to the OpenAI-compatible server",
+    )
+    embedding_timeout: float = 60.0
+    embedding_max_retries: int = 5
+    device: str | None = Field(default=None, description="torch device: cpu, cuda, cuda:1, mps")
+
+    # --- index --------------------------------------------------------------------------
+    similarity: Similarity = "cosine"
+    vector_index_type: str = Field(
+        default="int8_hnsw", description="hnsw, int8_hnsw, int4_hnsw, bbq_hnsw, flat, ..."
+    )
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 100
+    number_of_shards: int = 1
+    number_of_replicas: int = 0
+    analyzer_language: str = Field(
+        default="english", description="Snowball stemmer for Latin-script text"
+    )
+
+    # --- chunking (simple .txt/.md chunker) ------------------------------------------------
+    chunk_size: int = Field(default=200, description="target child chunk size in words")
+    chunk_overlap: int = Field(default=30, description="words shared by consecutive chunks")
+
+    # --- ingest ---------------------------------------------------------------------------
+    bulk_chunk_size: int = 256
+    bulk_max_retries: int = 5
+    bulk_initial_backoff: float = 1.0
+
+    # --- search ---------------------------------------------------------------------------
+    strategy: StrategyName = "auto"
+    k: int = 10
+    rank_constant: int = 60
+    rank_window_size: int = 50
+    num_candidates: int = 100
+    bm25_weight: float = 1.0
+    knn_weight: float = 1.0
+    content_boost: float = 1.0
+    title_boost: float = 0.5
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.embedding_backend == "openai" and not self.embedding_url:
+            raise ValueError(
+                "ES_RAG_EMBEDDING_URL is required when ES_RAG_EMBEDDING_BACKEND=openai"
+            )
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError("chunk_overlap must be smaller than chunk_size")
+        if self.rank_window_size < 1 or self.rank_constant < 1:
+            raise ValueError("rank_window_size and rank_constant must be >= 1")
+        if self.num_candidates < self.rank_window_size:
+            # kNN cannot return more than num_candidates; keep the window honest.
+            self.num_candidates = self.rank_window_size
+        return self

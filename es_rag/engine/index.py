@@ -1,0 +1,222 @@
+"""The chunk index: creation behind an alias, contract checks, bulk writes, stale deletes.
+
+Nothing here relies on what bare or basic-license clusters lack: a document's old chunks
+are found with a scan on ``doc_id`` and removed with bulk deletes by id (no
+``_delete_by_query``), so the same code runs on the integ-test server and on any cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticsearch import Elasticsearch, NotFoundError, helpers
+
+from es_rag.engine.client import call, engine_errors
+from es_rag.engine.mapping import IndexContract
+from es_rag.errors import BulkIndexingError, IndexContractError
+
+# Writing with other vectors or other terms would silently corrupt ranking.
+WRITE_KEYS = ("embedding_version", "dims", "analyzer_version", "mapping_version")
+
+
+@dataclass(frozen=True)
+class DocState:
+    """What the index holds for one doc_id, enough to decide "unchanged"."""
+
+    count: int
+    doc_hashes: tuple[str, ...] = ()
+    embedding_versions: tuple[str, ...] = ()
+    chunk_counts: tuple[int, ...] = ()
+
+    def is_complete(self, *, doc_hash: str, embedding_version: str) -> bool:
+        """One version, fully written (a crashed ingest leaves a mixed or short set)."""
+        return (
+            self.doc_hashes == (doc_hash,)
+            and self.embedding_versions == (embedding_version,)
+            and len(self.chunk_counts) == 1
+            and self.chunk_counts[0] == self.count
+        )
+
+
+@dataclass
+class BulkOutcome:
+    ok: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+class ChunkIndex:
+    """One alias and the concrete index behind it. Construction does no I/O."""
+
+    def __init__(self, client: Elasticsearch, alias: str) -> None:
+        self.client = client
+        self.alias = alias
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def concrete_indices(self) -> list[str]:
+        with engine_errors(f"resolve alias {self.alias}"):
+            try:
+                resp = self.client.indices.get_alias(name=self.alias)
+            except NotFoundError:
+                return []
+        return sorted(resp.body)
+
+    def exists(self) -> bool:
+        return bool(self.concrete_indices())
+
+    def contract(self) -> IndexContract | None:
+        indices = self.concrete_indices()
+        if not indices:
+            return None
+        resp = call("read mapping", lambda: self.client.indices.get_mapping(index=indices[-1]))
+        meta = resp.body[indices[-1]]["mappings"].get("_meta") or {}
+        return IndexContract.from_meta(meta)
+
+    def ensure(self, body: dict[str, Any], contract: IndexContract) -> tuple[str, bool]:
+        """Create ``<alias>-<n>`` with the alias if absent; otherwise check the contract.
+
+        Returns (concrete index, created). Idempotent; refuses an index built with another
+        embedding version, dimensions or analyzer.
+        """
+        indices = self.concrete_indices()
+        if indices:
+            self.check_contract(contract, keys=WRITE_KEYS)
+            return indices[-1], False
+        if call("check name", lambda: self.client.indices.exists(index=self.alias)).body:
+            raise IndexContractError(
+                f"{self.alias!r} is a concrete index, not an alias; es-rag needs the name "
+                "for its alias (set ES_RAG_INDEX to another name)"
+            )
+        name = f"{self.alias}-{self._next_number()}"
+        body = {**body, "aliases": {self.alias: {"is_write_index": True}}}
+        call(f"create index {name}", lambda: self.client.indices.create(index=name, body=body))
+        return name, True
+
+    def check_contract(self, expected: IndexContract, *, keys: tuple[str, ...]) -> None:
+        actual = self.contract()
+        if actual is None:
+            raise IndexContractError(
+                f"index behind {self.alias!r} has no es-rag _meta; it was not created by es-rag"
+            )
+        diffs = actual.differences(expected, keys=keys)
+        if diffs:
+            raise IndexContractError(
+                f"index behind {self.alias!r} does not match the configuration: "
+                + "; ".join(diffs)
+                + ". Use another ES_RAG_INDEX, or rebuild the index with the new settings."
+            )
+
+    def _next_number(self) -> int:
+        pattern = re.compile(rf"^{re.escape(self.alias)}-(\d+)$")
+        resp = call(
+            "list indices",
+            lambda: self.client.indices.get(index=f"{self.alias}-*", allow_no_indices=True),
+        )
+        numbers = [int(m.group(1)) for name in resp.body if (m := pattern.match(name))]
+        return max(numbers, default=0) + 1
+
+    def refresh(self) -> None:
+        call("refresh", lambda: self.client.indices.refresh(index=self.alias))
+
+    # --- per document --------------------------------------------------------------------
+    def doc_state(self, doc_id: str) -> DocState:
+        body = {
+            "size": 0,
+            "track_total_hits": True,
+            "query": {"term": {"doc_id": doc_id}},
+            "aggs": {
+                "hashes": {"terms": {"field": "doc_hash", "size": 3}},
+                "versions": {"terms": {"field": "embedding_version", "size": 3}},
+                "counts": {"terms": {"field": "chunk_count", "size": 3}},
+            },
+        }
+        resp = call("read document state", lambda: self.client.search(index=self.alias, body=body))
+        aggs = resp.body.get("aggregations", {})
+
+        def keys(name: str) -> tuple[Any, ...]:
+            return tuple(b["key"] for b in aggs.get(name, {}).get("buckets", []))
+
+        return DocState(
+            count=int(resp.body["hits"]["total"]["value"]),
+            doc_hashes=keys("hashes"),
+            embedding_versions=keys("versions"),
+            chunk_counts=tuple(int(k) for k in keys("counts")),
+        )
+
+    def chunk_locations(self, doc_id: str) -> dict[str, str]:
+        """chunk id → concrete index for every row of ``doc_id`` (scan, no _source)."""
+        with engine_errors(f"list chunks of {doc_id}"):
+            return {
+                hit["_id"]: hit["_index"]
+                for hit in helpers.scan(
+                    self.client,
+                    index=self.alias,
+                    query={"query": {"term": {"doc_id": doc_id}}, "_source": False},
+                    size=1000,
+                )
+            }
+
+    # --- writes --------------------------------------------------------------------------
+    def bulk(
+        self,
+        actions: Iterable[dict[str, Any]],
+        *,
+        chunk_size: int = 256,
+        max_retries: int = 5,
+        initial_backoff: float = 1.0,
+    ) -> BulkOutcome:
+        """Stream actions through ``helpers.streaming_bulk``.
+
+        429s are retried with exponential backoff by the helper; every other per-item
+        failure is collected (never dropped) for the caller to report or roll back.
+        Connection failures raise ``EngineUnavailableError``.
+        """
+        outcome = BulkOutcome()
+        with engine_errors("bulk write"):
+            for ok, item in helpers.streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=chunk_size,
+                max_retries=max_retries,
+                initial_backoff=initial_backoff,
+                raise_on_error=False,
+                raise_on_exception=True,
+            ):
+                if ok:
+                    outcome.ok += 1
+                else:
+                    op, detail = next(iter(item.items()))
+                    if op == "delete" and detail.get("status") == 404:
+                        outcome.ok += 1  # already gone: the goal of a delete is met
+                        continue
+                    outcome.failures.append(
+                        {
+                            "op": op,
+                            "chunk_id": detail.get("_id"),
+                            "status": detail.get("status"),
+                            "error": detail.get("error"),
+                        }
+                    )
+        return outcome
+
+    def delete_chunks(self, locations: dict[str, str], *, chunk_size: int = 500) -> BulkOutcome:
+        return self.bulk(_delete_actions(locations), chunk_size=chunk_size)
+
+    def raise_on_failures(self, outcome: BulkOutcome, what: str) -> None:
+        if outcome.failures:
+            first = outcome.failures[0]
+            reason = first.get("error")
+            if isinstance(reason, dict):
+                reason = f"{reason.get('type')}: {reason.get('reason')}"
+            raise BulkIndexingError(
+                f"{what}: {len(outcome.failures)} chunk(s) failed, first {first.get('chunk_id')}: "
+                f"{reason}",
+                outcome.failures,
+            )
+
+
+def _delete_actions(locations: dict[str, str]) -> Iterator[dict[str, Any]]:
+    for chunk_id, index in sorted(locations.items()):
+        yield {"_op_type": "delete", "_index": index, "_id": chunk_id}

@@ -1,0 +1,122 @@
+"""Pure loader for the versioned index mappings in ``mappings/``.
+
+The JSON files are the public contract (Kibana and frontends read the field names); this
+module only fills in what depends on settings (vector dimensions, similarity, HNSW and
+quantisation options, shard counts) and the ``_meta`` block that records how the index was
+built, so that a later writer or reader with a different model or analyzer is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from es_rag import __version__
+from es_rag.config import Settings
+from es_rag.errors import ConfigurationError
+
+MAPPING_VERSION = 1
+_FLAT_TYPES = {"flat", "int8_flat", "int4_flat", "bbq_flat"}
+_VECTOR_TYPES = _FLAT_TYPES | {"hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "bbq_disk"}
+
+
+@dataclass(frozen=True)
+class IndexContract:
+    """What an index was built with; stored in the mapping's ``_meta``.
+
+    Writers and readers compare it with their own configuration: vectors from another
+    model, or terms from another analyzer, would silently corrupt ranking.
+    """
+
+    embedding_model: str
+    embedding_version: str
+    dims: int
+    similarity: str
+    analyzer_version: str
+    chunker_version: str
+    parser_version: str
+    mapping_version: int = MAPPING_VERSION
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"es_rag_version": __version__, **asdict(self)}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> IndexContract | None:
+        names = {f.name for f in fields(cls)}
+        if not names.issubset(meta):
+            return None
+        return cls(**{n: meta[n] for n in names})
+
+    def differences(self, other: IndexContract, *, keys: tuple[str, ...]) -> list[str]:
+        """Human-readable ``key: index=… config=…`` lines for the keys that differ."""
+        out = []
+        for key in keys:
+            mine, theirs = getattr(self, key), getattr(other, key)
+            if mine != theirs:
+                out.append(f"{key}: index has {mine!r}, configuration has {theirs!r}")
+        return out
+
+
+def mappings_dir() -> Path:
+    """The repo's ``mappings/`` in a checkout, the packaged copy in an installed wheel."""
+    repo = Path(__file__).resolve().parents[2] / "mappings"
+    if repo.is_dir():
+        return repo
+    return Path(str(resources.files("es_rag.mappings")))
+
+
+def load_mapping_template(engine: str = "elasticsearch", version: int = MAPPING_VERSION) -> dict:
+    path = mappings_dir() / f"{engine}-chunks-v{version}.json"
+    if not path.is_file():
+        raise ConfigurationError(f"no mapping {path.name} in {path.parent}")
+    data: dict = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def vector_index_options(settings: Settings) -> dict[str, Any]:
+    kind = settings.vector_index_type
+    if kind not in _VECTOR_TYPES:
+        raise ConfigurationError(
+            f"unknown vector_index_type {kind!r}; expected one of {sorted(_VECTOR_TYPES)}"
+        )
+    options: dict[str, Any] = {"type": kind}
+    if kind not in _FLAT_TYPES and kind != "bbq_disk":
+        options["m"] = settings.hnsw_m
+        options["ef_construction"] = settings.hnsw_ef_construction
+    return options
+
+
+def build_index_body(settings: Settings, contract: IndexContract) -> dict[str, Any]:
+    """The ``indices.create`` body: the template with every placeholder filled in."""
+    if contract.similarity == "dot_product" and not settings.embedding_normalize:
+        raise ConfigurationError("similarity dot_product needs normalised embeddings")
+    template = load_mapping_template("elasticsearch", contract.mapping_version)
+    body = {
+        "settings": copy.deepcopy(template["settings"]),
+        "mappings": copy.deepcopy(template["mappings"]),
+    }
+    body["settings"]["index"]["number_of_shards"] = settings.number_of_shards
+    body["settings"]["index"]["number_of_replicas"] = settings.number_of_replicas
+    vector = body["mappings"]["properties"]["embedding"]
+    vector["dims"] = contract.dims
+    vector["similarity"] = contract.similarity
+    vector["index_options"] = vector_index_options(settings)
+    body["mappings"]["_meta"] = contract.to_meta()
+    _check_filled(body)
+    return body
+
+
+def _check_filled(node: Any, path: str = "") -> None:
+    """A placeholder left in the body is a bug in this module, not a user error."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_filled(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_filled(value, f"{path}[{i}]")
+    elif isinstance(node, str) and node.startswith("<") and node.endswith(">"):
+        raise ConfigurationError(f"mapping placeholder {node} at {path} was not filled")

@@ -1,0 +1,90 @@
+"""es-rag's exceptions, one module, one hierarchy.
+
+    EsRagError
+    ├── ConfigurationError          settings that cannot work together
+    ├── AccessControlError          a document without a valid ACL, a malformed principal
+    ├── IndexContractError          the index's _meta disagrees with the configuration
+    │   └── DimensionMismatchError  vectors of the wrong size for the index
+    ├── AnalyzerMismatchError       query-time analyzer differs from the index's
+    ├── EngineError                 the search server refused or failed a request
+    │   ├── EngineUnavailableError  the server cannot be reached (transient)
+    │   ├── BulkIndexingError       some chunks of a bulk request failed (details per chunk)
+    │   └── StrategyUnavailableError  a forced strategy the cluster cannot run
+    ├── EmbeddingError              the embedding model or server failed
+    └── InputError                  an input document that cannot be ingested
+        └── UnsupportedFormatError  a file type es-rag does not parse
+
+Every exception with extra fields defines ``__reduce__`` so that it survives pickling
+(Celery carries exceptions between processes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EsRagError(Exception):
+    """Base class of every error es-rag raises on purpose."""
+
+
+class ConfigurationError(EsRagError):
+    """Settings that cannot work together."""
+
+
+class AccessControlError(EsRagError):
+    """A document without a valid ACL, or a malformed principal."""
+
+
+class IndexContractError(EsRagError):
+    """The index's recorded contract (_meta) disagrees with the configuration."""
+
+
+class DimensionMismatchError(IndexContractError):
+    """Vectors whose size differs from the index's dense_vector dimensions."""
+
+    def __init__(self, expected: int, got: int) -> None:
+        super().__init__(f"embedding has {got} dimensions, the index expects {expected}")
+        self.expected = expected
+        self.got = got
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.expected, self.got))
+
+
+class AnalyzerMismatchError(EsRagError):
+    """The query-time analyzer differs from the one the index was built with."""
+
+
+class EngineError(EsRagError):
+    """The search server refused or failed a request."""
+
+
+class EngineUnavailableError(EngineError):
+    """The search server cannot be reached; retrying later may succeed."""
+
+
+class BulkIndexingError(EngineError):
+    """Some chunks of a bulk write failed; ``failures`` names each one and why."""
+
+    def __init__(self, message: str, failures: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args[0], self.failures))
+
+
+class StrategyUnavailableError(EngineError):
+    """A retrieval strategy was forced that this cluster cannot run."""
+
+
+class EmbeddingError(EsRagError):
+    """The embedding model or embedding server failed."""
+
+
+class InputError(EsRagError):
+    """An input document that cannot be ingested."""
+
+
+class UnsupportedFormatError(InputError):
+    """A file type es-rag does not parse."""

@@ -1,0 +1,179 @@
+"""Pure request-body builders: plain dicts in, plain dicts out, no server.
+
+Every body that retrieves chunks takes the caller's ACL clause and puts it INSIDE the
+retriever (the BM25 bool filter, ``knn.filter``), never around the results, so k hits are
+k visible hits and nothing else can be scored, counted or highlighted. Unit tests compare
+these bodies with fixtures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+VECTOR_FIELD = "embedding"
+# Vectors and analysed terms are large and of no use to a reader of hits.
+SOURCE_EXCLUDES = ["embedding", "content_terms", "title_terms"]
+CHILDREN_ONLY: dict[str, Any] = {"term": {"chunk_type": "child"}}
+
+
+def retrieval_filters(acl: dict[str, Any], filters: Sequence[dict[str, Any]] = ()) -> list[dict]:
+    """ACL first, then the searchable-rows restriction, then user filters."""
+    return [acl, CHILDREN_ONLY, *filters]
+
+
+def bm25_query(
+    query_terms: str,
+    *,
+    acl: dict[str, Any],
+    filters: Sequence[dict[str, Any]] = (),
+    content_boost: float = 1.0,
+    title_boost: float = 0.5,
+) -> dict[str, Any]:
+    """BM25 over es-rag's analysed term fields; the terms are already analysed in Python.
+
+    ``most_fields`` adds the title match to the content match: the title path is also
+    inside ``content_terms`` (context header), so this is a gentle extra vote for
+    documents whose headings name the query, not a replacement of the body's score.
+    """
+    return {
+        "bool": {
+            "must": [
+                {
+                    "multi_match": {
+                        "query": query_terms,
+                        "type": "most_fields",
+                        "fields": [
+                            f"content_terms^{content_boost:g}",
+                            f"title_terms^{title_boost:g}",
+                        ],
+                        "operator": "or",
+                    }
+                }
+            ],
+            "filter": retrieval_filters(acl, filters),
+        }
+    }
+
+
+def knn_clause(
+    vector: Sequence[float],
+    *,
+    acl: dict[str, Any],
+    k: int,
+    num_candidates: int,
+    filters: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """A kNN search pre-filtered by the ACL (Lucene applies the filter during the graph walk)."""
+    return {
+        "field": VECTOR_FIELD,
+        "query_vector": list(vector),
+        "k": k,
+        "num_candidates": max(num_candidates, k),
+        "filter": retrieval_filters(acl, filters),
+    }
+
+
+def bm25_body(
+    query_terms: str,
+    *,
+    acl: dict[str, Any],
+    size: int,
+    filters: Sequence[dict[str, Any]] = (),
+    content_boost: float = 1.0,
+    title_boost: float = 0.5,
+) -> dict[str, Any]:
+    return {
+        "query": bm25_query(
+            query_terms,
+            acl=acl,
+            filters=filters,
+            content_boost=content_boost,
+            title_boost=title_boost,
+        ),
+        "size": size,
+        "_source": {"excludes": SOURCE_EXCLUDES},
+        "track_total_hits": False,
+    }
+
+
+def knn_body(
+    vector: Sequence[float],
+    *,
+    acl: dict[str, Any],
+    size: int,
+    num_candidates: int,
+    filters: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    return {
+        "knn": knn_clause(vector, acl=acl, k=size, num_candidates=num_candidates, filters=filters),
+        "size": size,
+        "_source": {"excludes": SOURCE_EXCLUDES},
+        "track_total_hits": False,
+    }
+
+
+def msearch_pair(index: str, bm25: dict[str, Any], knn: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``_msearch`` searches for client-side RRF: BM25 first, kNN second, one round trip."""
+    return [{"index": index}, bm25, {"index": index}, knn]
+
+
+def native_rrf_body(
+    query_terms: str,
+    vector: Sequence[float],
+    *,
+    acl: dict[str, Any],
+    size: int,
+    rank_window_size: int,
+    rank_constant: int,
+    num_candidates: int,
+    filters: Sequence[dict[str, Any]] = (),
+    content_boost: float = 1.0,
+    title_boost: float = 0.5,
+    bm25_weight: float = 1.0,
+    knn_weight: float = 1.0,
+    explain: bool = True,
+) -> dict[str, Any]:
+    """``retriever.rrf`` over a ``standard`` (BM25) and a ``knn`` retriever.
+
+    Equal weights use the plain list form that every RRF-capable release accepts; other
+    weights use the weighted form (``{"retriever": …, "weight": w}``, Elasticsearch 9.2+).
+    ``explain`` makes the server report each hit's rank in each retriever.
+    """
+    standard = {
+        "standard": {
+            "query": bm25_query(
+                query_terms,
+                acl=acl,
+                filters=filters,
+                content_boost=content_boost,
+                title_boost=title_boost,
+            )
+        }
+    }
+    knn = {
+        "knn": knn_clause(
+            vector, acl=acl, k=rank_window_size, num_candidates=num_candidates, filters=filters
+        )
+    }
+    retrievers: list[dict[str, Any]]
+    if bm25_weight == 1.0 and knn_weight == 1.0:
+        retrievers = [standard, knn]
+    else:
+        retrievers = [
+            {"retriever": standard, "weight": bm25_weight},
+            {"retriever": knn, "weight": knn_weight},
+        ]
+    return {
+        "retriever": {
+            "rrf": {
+                "retrievers": retrievers,
+                "rank_window_size": rank_window_size,
+                "rank_constant": rank_constant,
+            }
+        },
+        "size": min(size, rank_window_size),
+        "_source": {"excludes": SOURCE_EXCLUDES},
+        "track_total_hits": False,
+        "explain": explain,
+    }

@@ -1,0 +1,76 @@
+"""Reciprocal Rank Fusion, pure, with Elasticsearch's semantics.
+
+Cormack, Clarke & Büttcher (SIGIR 2009), as Elasticsearch's ``rrf`` retriever computes it:
+each retriever contributes ``w_r / (rank_constant + rank_r(d))`` for the documents in its
+top ``rank_window_size`` (ranks start at 1); a document missing from a retriever gets
+nothing from it. The same function serves ``client-rrf`` and the explanations of
+``native-rrf``, so both paths rank identically where both can run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One fused document: its RRF score, its rank in each retriever, each contribution."""
+
+    doc_id: str
+    score: float
+    ranks: dict[str, int | None] = field(default_factory=dict)
+    contributions: dict[str, float] = field(default_factory=dict)
+
+
+def rrf_contribution(rank: int, *, rank_constant: int, weight: float = 1.0) -> float:
+    return weight / (rank_constant + rank)
+
+
+def rrf(
+    rankings: Mapping[str, Sequence[str]],
+    *,
+    rank_constant: int = 60,
+    rank_window_size: int = 50,
+    weights: Mapping[str, float] | None = None,
+) -> list[Fused]:
+    """Fuse ranked id lists (best first) into one list, best first.
+
+    Ties are broken deterministically: the better best-rank first (a document that one
+    retriever put first beats one that was second twice, at equal score), then retriever
+    order (the first retriever's view wins), then the id.
+    """
+    if rank_constant < 1 or rank_window_size < 1:
+        raise ValueError("rank_constant and rank_window_size must be >= 1")
+    weights = dict(weights or {})
+    names = list(rankings)
+    scores: dict[str, float] = {}
+    ranks: dict[str, dict[str, int | None]] = {}
+    contribs: dict[str, dict[str, float]] = {}
+    for name in names:
+        weight = weights.get(name, 1.0)
+        seen: set[str] = set()
+        rank = 0
+        for doc_id in rankings[name]:
+            if doc_id in seen:
+                continue  # a retriever ranks a document once; repeats are ignored
+            seen.add(doc_id)
+            rank += 1
+            if rank > rank_window_size:
+                break
+            value = rrf_contribution(rank, rank_constant=rank_constant, weight=weight)
+            scores[doc_id] = scores.get(doc_id, 0.0) + value
+            ranks.setdefault(doc_id, dict.fromkeys(names))[name] = rank
+            contribs.setdefault(doc_id, {})[name] = value
+
+    def key(doc_id: str) -> tuple[float, int, tuple[int, ...], str]:
+        doc_ranks = ranks[doc_id]
+        present = [r for r in doc_ranks.values() if r is not None]
+        missing = rank_window_size + 1
+        order = tuple(missing if r is None else r for r in (doc_ranks[n] for n in names))
+        return (-scores[doc_id], min(present), order, doc_id)
+
+    return [
+        Fused(doc_id=d, score=scores[d], ranks=ranks[d], contributions=contribs[d])
+        for d in sorted(scores, key=key)
+    ]

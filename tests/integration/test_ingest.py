@@ -1,0 +1,205 @@
+"""Ingest lifecycle on a real Elasticsearch: idempotence, replacement, rejection, failures."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch
+
+from es_rag.acl import make_acl
+from es_rag.config import Settings
+from es_rag.embedding import Embedder
+from es_rag.errors import AccessControlError, BulkIndexingError, IndexContractError
+from es_rag.pipeline import Ingestor
+from es_rag.types import Document
+
+pytestmark = pytest.mark.integration
+
+ACL = make_acl("acme", allow=["group:support"])
+
+
+def long_text(tag: str, sentences: int) -> str:
+    return "\n\n".join(
+        f"## Part {i}\n\nParagraph {i} of version {tag} talks about topic {i} in some detail. "
+        f"It has a second sentence for {tag}."
+        for i in range(sentences)
+    )
+
+
+def rows(client: Elasticsearch, alias: str, doc_id: str) -> list[dict]:
+    client.indices.refresh(index=alias)
+    resp = client.search(
+        index=alias, query={"term": {"doc_id": doc_id}}, size=1000, source_excludes=["embedding"]
+    )
+    return [h["_source"] | {"_id": h["_id"]} for h in resp.body["hits"]["hits"]]
+
+
+class CountingEmbedder(Embedder):
+    """Wraps the real MiniLM embedder and counts calls (the subject is the pipeline)."""
+
+    backend = "st"
+
+    def __init__(self, inner: Embedder) -> None:
+        super().__init__(model=inner.model, batch_size=inner.batch_size)
+        self.inner = inner
+        self.calls = 0
+
+    def embed_batch(self, texts: list[str], *, kind) -> np.ndarray:  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return self.inner.embed_batch(texts, kind=kind)
+
+    @property
+    def embedding_version(self) -> str:
+        return self.inner.embedding_version
+
+
+def test_reingest_unchanged_does_no_work(
+    make_settings: Callable[..., Settings],
+    es_client: Elasticsearch,
+    embedder,
+    analyzer,  # type: ignore[no-untyped-def]
+) -> None:
+    settings = make_settings()
+    counting = CountingEmbedder(embedder)
+    ingestor = Ingestor(settings, client=es_client, embedder=counting, analyzer=analyzer)
+    doc = Document(doc_id="guide", title="Guide", text=long_text("a", 6), acl=ACL)
+    first = ingestor.ingest(doc, refresh=True)
+    assert first.status == "indexed" and first.chunks > 1
+    before = {r["_id"]: r["indexed_at"] for r in rows(es_client, settings.index, "guide")}
+    calls = counting.calls
+    second = ingestor.ingest(doc, refresh=True)
+    assert second.status == "skipped"
+    assert counting.calls == calls  # no embedding
+    after = {r["_id"]: r["indexed_at"] for r in rows(es_client, settings.index, "guide")}
+    assert after == before  # nothing rewritten
+
+
+def test_changed_document_replaces_without_gap(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+) -> None:
+    settings = make_settings(chunk_size=40, chunk_overlap=5)
+    ingestor = ingestor_for(settings)
+    v1 = Document(doc_id="manual", title="Manual", text=long_text("one", 40), acl=ACL)
+    v2 = Document(doc_id="manual", title="Manual", text=long_text("two", 25), acl=ACL)
+    n1 = ingestor.ingest(v1, refresh=True).chunks
+    assert len(rows(es_client, settings.index, "manual")) == n1
+
+    counts: list[int] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            es_client.indices.refresh(index=settings.index)
+            counts.append(
+                es_client.count(index=settings.index, query={"term": {"doc_id": "manual"}}).body[
+                    "count"
+                ]
+            )
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        result = ingestor.ingest(v2, refresh=True)
+    finally:
+        stop.set()
+        thread.join()
+    assert result.status == "indexed"
+    assert result.deleted == n1  # every old chunk id was replaced (new version, new ids)
+    assert len(counts) > 3 and min(counts) > 0, counts
+    final = rows(es_client, settings.index, "manual")
+    assert len(final) == result.chunks
+    assert all("version two" in r["content"] or "for two" in r["content"] for r in final)
+    assert not any("version one" in r["content"] for r in final)
+    assert {r["doc_version"] for r in final} == {final[0]["doc_version"]}
+
+
+def test_acl_change_rewrites_access_fields(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+) -> None:
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    text = "The rollout plan is documented here."
+    ingestor.ingest(Document(doc_id="plan", text=text, acl=ACL), refresh=True)
+    new_acl = make_acl("acme", allow=["group:ops"])
+    assert (
+        ingestor.ingest(Document(doc_id="plan", text=text, acl=new_acl), refresh=True).status
+        == "indexed"
+    )
+    assert {tuple(r["allowed_principals"]) for r in rows(es_client, settings.index, "plan")} == {
+        ("group:ops",)
+    }
+
+
+def test_document_without_acl_is_rejected() -> None:
+    with pytest.raises(AccessControlError, match="no ACL"):
+        make_acl("acme", allow=[], public=False)
+
+
+def test_item_failure_is_reported_and_rolled_back(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+) -> None:
+    """A per-chunk rejection (metadata deeper than the flattened field allows) fails the
+    document with the chunk named; the previous version stays whole, nothing new remains."""
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    good = Document(doc_id="doc", text=long_text("good", 3), acl=ACL)
+    n_good = ingestor.ingest(good, refresh=True).chunks
+    deep: dict = {}
+    node = deep
+    for _ in range(30):  # flattened depth_limit is 20
+        node["k"] = {}
+        node = node["k"]
+    node["leaf"] = "x"
+    bad = Document(doc_id="doc", text=long_text("bad", 3), acl=ACL, metadata=deep)
+    with pytest.raises(BulkIndexingError) as info:
+        ingestor.ingest(bad, refresh=True)
+    assert info.value.failures and info.value.failures[0]["chunk_id"]
+    assert "doc" in str(info.value)
+    remaining = rows(es_client, settings.index, "doc")
+    assert len(remaining) == n_good
+    assert all("good" in r["content"] for r in remaining)
+
+
+def test_index_with_other_embedding_is_refused(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+    embedder,
+    analyzer,  # type: ignore[no-untyped-def]
+) -> None:
+    settings = make_settings()
+    ingestor_for(settings).init_index()
+    _, created = ingestor_for(settings).init_index()  # idempotent
+    assert created is False
+
+    class Other(CountingEmbedder):
+        @property
+        def embedding_version(self) -> str:
+            return "st:another-model@000000000000:384"
+
+    other = Ingestor(settings, client=es_client, embedder=Other(embedder), analyzer=analyzer)
+    with pytest.raises(IndexContractError, match="embedding_version"):
+        other.init_index()
+
+
+def test_delete_document(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+) -> None:
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    n = ingestor.ingest(
+        Document(doc_id="gone", text=long_text("x", 4), acl=ACL), refresh=True
+    ).chunks
+    assert ingestor.delete_document("gone") == n
+    assert rows(es_client, settings.index, "gone") == []

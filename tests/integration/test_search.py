@@ -1,0 +1,178 @@
+"""Hybrid search and access control on a real Elasticsearch, corpus ingested for real."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from es_rag.acl import make_caller
+from es_rag.config import Settings
+from es_rag.errors import ConfigurationError, StrategyUnavailableError
+from es_rag.pipeline import Ingestor
+from es_rag.query.fusion import rrf
+from es_rag.query.search import Searcher
+from tests.integration import corpus
+
+pytestmark = pytest.mark.integration
+
+STRATEGIES = ("bm25", "knn", "client-rrf")
+
+
+@pytest.fixture(scope="module")
+def indexed(
+    es_url: str,
+    minilm_path: str,
+    es_client,
+    embedder,
+    analyzer,  # type: ignore[no-untyped-def]
+) -> Iterator[Searcher]:
+    from tests.conftest import unique_index
+    from tests.integration.conftest import drop_alias
+
+    settings = Settings(es_url=es_url, index=unique_index("search"), embedding_model=minilm_path)
+    ingestor = Ingestor(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+    for doc in corpus.documents():
+        assert ingestor.ingest(doc).status == "indexed"
+    ingestor.index.refresh()
+    yield Searcher(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+    drop_alias(es_client, settings.index)
+
+
+def ids(
+    searcher: Searcher, query: str, strategy: str, *, k: int = 10, **caller: list[str]
+) -> list[str]:
+    who = make_caller(
+        corpus.TENANT, users=caller.get("users", ["user:bob"]), groups=caller.get("groups", [])
+    )
+    return [h.doc_id for h in searcher.search(query, caller=who, k=k, strategy=strategy).hits]
+
+
+def test_paraphrase_found_by_knn_not_bm25(indexed: Searcher) -> None:
+    assert corpus.PARAPHRASE_ANSWER not in ids(indexed, corpus.PARAPHRASE_QUERY, "bm25")
+    assert ids(indexed, corpus.PARAPHRASE_QUERY, "knn")[0] == corpus.PARAPHRASE_ANSWER
+
+
+def test_identifier_found_by_bm25_not_by_knn_top3(indexed: Searcher) -> None:
+    assert ids(indexed, corpus.IDENTIFIER_QUERY, "bm25")[0] == corpus.IDENTIFIER_ANSWER
+    assert corpus.IDENTIFIER_ANSWER not in ids(indexed, corpus.IDENTIFIER_QUERY, "knn", k=3)
+
+
+def test_hybrid_has_both_answers_in_top3(indexed: Searcher) -> None:
+    assert corpus.PARAPHRASE_ANSWER in ids(indexed, corpus.PARAPHRASE_QUERY, "client-rrf", k=3)
+    assert corpus.IDENTIFIER_ANSWER in ids(indexed, corpus.IDENTIFIER_QUERY, "client-rrf", k=3)
+
+
+def test_client_rrf_equals_fusion_of_the_single_retrievers(indexed: Searcher) -> None:
+    """One _msearch fused in Python ranks exactly as fusing the two separate searches."""
+    who = make_caller(corpus.TENANT, users=["user:bob"])
+    window = indexed.settings.rank_window_size
+    query = "refund card payment error"
+    bm25 = indexed.search(query, caller=who, k=window, strategy="bm25").hits
+    knn = indexed.search(query, caller=who, k=window, strategy="knn").hits
+    expected = rrf(
+        {"bm25": [h.chunk_id for h in bm25], "knn": [h.chunk_id for h in knn]},
+        rank_constant=indexed.settings.rank_constant,
+        rank_window_size=window,
+    )
+    got = indexed.search(query, caller=who, k=5, strategy="client-rrf")
+    assert [h.chunk_id for h in got.hits] == [f.doc_id for f in expected[:5]]
+    for hit, fused in zip(got.hits, expected, strict=False):
+        assert hit.score == pytest.approx(fused.score)
+        assert hit.ranks == fused.ranks
+
+
+def test_hit_shape_and_timings(indexed: Searcher) -> None:
+    who = make_caller(corpus.TENANT, users=["user:bob"])
+    response = indexed.search("refund", caller=who, k=3, strategy="client-rrf")
+    assert response.strategy == "client-rrf"
+    assert {"embed", "search", "fuse", "total"} <= set(response.timings_ms)
+    hit = response.hits[0]
+    assert hit.doc_id.startswith("refund")
+    assert hit.title_path and hit.title_path[0].startswith("Refund")
+    assert set(hit.ranks) == {"bm25", "knn"}
+    assert hit.scores["rrf"] == pytest.approx(hit.score)
+    assert hit.text and len(hit.chunk_id) == 32
+
+
+def test_auto_falls_back_to_client_rrf_and_says_why(indexed: Searcher) -> None:
+    who = make_caller(corpus.TENANT, users=["user:bob"])
+    response = indexed.search("refund", caller=who, k=3, strategy="auto")
+    info = indexed.cluster()
+    if info.native_rrf:  # a full cluster with an Enterprise/trial license
+        assert response.strategy == "native-rrf"
+    else:
+        assert response.strategy == "client-rrf"
+        assert response.note and "native RRF unavailable" in response.note
+        with pytest.raises(StrategyUnavailableError, match="native-rrf cannot run"):
+            indexed.search("refund", caller=who, strategy="native-rrf")
+
+
+def test_unknown_strategy_is_an_error(indexed: Searcher) -> None:
+    with pytest.raises(ConfigurationError):
+        indexed.search("x", tenant=corpus.TENANT, strategy="magic")
+
+
+# --- ACL canaries ---------------------------------------------------------------------------
+CANARIES = {
+    "canary-finance": corpus.CANARY_FINANCE,
+    "canary-denied": corpus.CANARY_DENIED,
+    "canary-globex": corpus.CANARY_OTHER_TENANT,
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("canary", sorted(CANARIES))
+def test_canaries_never_reach_outsiders(indexed: Searcher, strategy: str, canary: str) -> None:
+    """Exact canary text as the query, k far above the visible count: still invisible."""
+    outsiders: list[dict[str, list[str]]] = [
+        {"users": ["user:bob"], "groups": []},
+        {"users": ["user:mallory"], "groups": ["group:support"]},  # denied beats allowed
+    ]
+    for caller in outsiders:
+        found = ids(indexed, CANARIES[canary], strategy, k=100, **caller)
+        leaked = [d for d in found if d.startswith("canary")]
+        assert canary not in leaked, f"{canary} leaked to {caller} via {strategy}"
+        assert not {"canary-finance", "canary-globex"} & set(leaked)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_canaries_visible_to_their_readers(indexed: Searcher, strategy: str) -> None:
+    """The filter is not simply hiding everything: allowed readers do get them."""
+    assert "canary-finance" in ids(
+        indexed,
+        corpus.CANARY_FINANCE,
+        strategy,
+        k=100,
+        users=["user:carol"],
+        groups=["group:finance"],
+    )
+    assert "canary-denied" in ids(
+        indexed,
+        corpus.CANARY_DENIED,
+        strategy,
+        k=100,
+        users=["user:dave"],
+        groups=["group:support"],
+    )
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_k_above_visible_count_returns_only_visible(indexed: Searcher, strategy: str) -> None:
+    found = ids(indexed, "policy", strategy, k=500)
+    assert len(found) <= len(corpus.PUBLIC_DOCS)
+    assert set(found) <= set(corpus.PUBLIC_DOCS)
+    if strategy != "bm25":  # kNN pre-filtering: k hits are k visible hits
+        assert len(found) == len(corpus.PUBLIC_DOCS)
+
+
+def test_other_tenant_sees_only_its_own(indexed: Searcher) -> None:
+    who = make_caller("globex", users=["user:homer"])
+    for strategy in STRATEGIES:
+        hits = indexed.search(corpus.CANARY_FINANCE, caller=who, k=50, strategy=strategy).hits
+        assert {h.doc_id for h in hits} <= {"canary-globex"}
+
+
+def test_search_requires_tenant(indexed: Searcher) -> None:
+    with pytest.raises(ConfigurationError):
+        indexed.search("x")

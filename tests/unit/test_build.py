@@ -1,0 +1,130 @@
+"""Request bodies equal reviewed fixtures (tests/fixtures/bodies/*.json).
+
+To update a fixture after an intended change: ES_RAG_UPDATE_FIXTURES=1 pytest this file,
+then review the JSON diff like code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from es_rag.acl import acl_filter, make_caller
+from es_rag.query import build
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "bodies"
+CALLER = make_caller("acme", users=["u1"], groups=["support"])
+ACL = acl_filter(CALLER)
+VECTOR = [0.5, -0.25, 0.125]
+
+
+def _check(name: str, body: Any) -> None:
+    path = FIXTURES / f"{name}.json"
+    if os.environ.get("ES_RAG_UPDATE_FIXTURES"):
+        path.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+    assert body == json.loads(path.read_text())
+
+
+def test_acl_clause() -> None:
+    _check("acl", ACL)
+
+
+def test_acl_clause_without_principals_sees_public_only() -> None:
+    clause = acl_filter(make_caller("acme"))
+    assert clause == {
+        "bool": {
+            "filter": [
+                {"term": {"tenant_id": "acme"}},
+                {
+                    "bool": {
+                        "should": [{"term": {"visibility": "public"}}],
+                        "minimum_should_match": 1,
+                    }
+                },
+            ]
+        }
+    }
+
+
+def test_bm25_body() -> None:
+    _check("bm25", build.bm25_body("refund err_refund_1042", acl=ACL, size=10))
+
+
+def test_knn_body() -> None:
+    _check("knn", build.knn_body(VECTOR, acl=ACL, size=10, num_candidates=100))
+
+
+def test_msearch_pair() -> None:
+    bm25 = build.bm25_body("refund", acl=ACL, size=50)
+    knn = build.knn_body(VECTOR, acl=ACL, size=50, num_candidates=100)
+    _check("msearch", build.msearch_pair("es-rag", bm25, knn))
+
+
+def test_native_rrf_body() -> None:
+    body = build.native_rrf_body(
+        "refund",
+        VECTOR,
+        acl=ACL,
+        size=10,
+        rank_window_size=50,
+        rank_constant=60,
+        num_candidates=100,
+    )
+    _check("native_rrf", body)
+
+
+def test_native_rrf_weighted_body() -> None:
+    body = build.native_rrf_body(
+        "refund",
+        VECTOR,
+        acl=ACL,
+        size=10,
+        rank_window_size=50,
+        rank_constant=20,
+        num_candidates=100,
+        bm25_weight=2.0,
+        knn_weight=0.5,
+    )
+    _check("native_rrf_weighted", body)
+
+
+def _acl_everywhere(body: Any) -> int:
+    """Count the ACL clauses inside a body (each retriever must carry one)."""
+    if body == ACL:
+        return 1
+    if isinstance(body, dict):
+        return sum(_acl_everywhere(v) for v in body.values())
+    if isinstance(body, list):
+        return sum(_acl_everywhere(v) for v in body)
+    return 0
+
+
+def test_every_retriever_carries_the_acl() -> None:
+    assert _acl_everywhere(build.bm25_body("x", acl=ACL, size=5)) == 1
+    assert _acl_everywhere(build.knn_body(VECTOR, acl=ACL, size=5, num_candidates=10)) == 1
+    native = build.native_rrf_body(
+        "x", VECTOR, acl=ACL, size=5, rank_window_size=5, rank_constant=60, num_candidates=10
+    )
+    assert _acl_everywhere(native) == 2
+    rrf = native["retriever"]["rrf"]["retrievers"]
+    assert ACL in rrf[0]["standard"]["query"]["bool"]["filter"]
+    assert ACL in rrf[1]["knn"]["filter"]
+
+
+def test_knn_candidates_never_below_k() -> None:
+    body = build.knn_body(VECTOR, acl=ACL, size=200, num_candidates=100)
+    assert body["knn"]["num_candidates"] == 200
+    assert body["knn"]["k"] == 200
+
+
+def test_native_size_capped_by_window() -> None:
+    body = build.native_rrf_body(
+        "x", VECTOR, acl=ACL, size=80, rank_window_size=50, rank_constant=60, num_candidates=100
+    )
+    assert body["size"] == 50

@@ -1,0 +1,324 @@
+"""The Embedder base class: batching, prefixes, normalisation, checks and fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import SecretStr
+
+from es_rag.config import Settings
+from es_rag.embedding import (
+    Embedder,
+    FlagEmbedder,
+    Kind,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    build_embedder,
+)
+from es_rag.errors import ConfigurationError, EmbeddingError
+
+pytestmark = pytest.mark.unit
+
+
+class HashEmbedder(Embedder):
+    """Deterministic vectors from a hash of each text; records every batch it is handed."""
+
+    backend = "hash"
+
+    def __init__(self, *, width: int = 8, widths: list[int] | None = None, **kwargs: object):
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.width = width
+        self.widths = widths  # per-call widths, to simulate a misbehaving backend
+        self.calls: list[tuple[list[str], Kind]] = []
+
+    def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+        width = self.widths[len(self.calls)] if self.widths else self.width
+        self.calls.append((list(texts), kind))
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+            rows.append(np.random.default_rng(seed).normal(size=width) * 3.0)
+        return np.asarray(rows, dtype=np.float64)
+
+
+def make(**kwargs: object) -> HashEmbedder:
+    kwargs.setdefault("model", "hash-model")
+    return HashEmbedder(**kwargs)  # type: ignore[arg-type]
+
+
+# --- batching -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("n", "batch_size", "sizes"),
+    [(10, 4, [4, 4, 2]), (8, 4, [4, 4]), (3, 32, [3]), (1, 1, [1]), (5, 1, [1, 1, 1, 1, 1])],
+)
+def test_batches_split_in_order(n: int, batch_size: int, sizes: list[int]) -> None:
+    emb = make(batch_size=batch_size)
+    texts = [f"text {i}" for i in range(n)]
+    out = emb.embed(texts)
+    assert [len(batch) for batch, _ in emb.calls] == sizes
+    assert [t for batch, _ in emb.calls for t in batch] == texts
+    assert out.shape == (n, 8)
+    assert out.dtype == np.float32
+    # Each row belongs to its own text, whatever the batching.
+    single = make(batch_size=1000).embed(texts)
+    np.testing.assert_allclose(out, single, rtol=1e-6)
+
+
+def test_empty_input_makes_no_call() -> None:
+    emb = make()
+    out = emb.embed([])
+    assert out.shape[0] == 0
+    assert emb.calls == []
+
+
+def test_a_bare_string_is_refused() -> None:
+    with pytest.raises(TypeError):
+        make().embed("not a list")
+
+
+def test_unknown_kind_is_refused() -> None:
+    with pytest.raises(ValueError):
+        make().embed(["x"], kind="document")  # type: ignore[arg-type]
+
+
+def test_non_str_item_is_refused() -> None:
+    with pytest.raises(TypeError):
+        make().embed(["ok", 3])  # type: ignore[list-item]
+
+
+def test_invalid_batch_size() -> None:
+    with pytest.raises(ConfigurationError):
+        make(batch_size=0)
+
+
+# --- prefixes -----------------------------------------------------------------------------------
+def test_prefixes_applied_per_kind() -> None:
+    emb = make(query_prefix="query: ", passage_prefix="passage: ")
+    emb.embed(["a", "b"], kind="passage")
+    emb.embed(["c"], kind="query")
+    vec = emb.embed_query("d")
+    assert emb.calls == [
+        (["passage: a", "passage: b"], "passage"),
+        (["query: c"], "query"),
+        (["query: d"], "query"),
+    ]
+    assert isinstance(vec, list) and len(vec) == 8 and all(isinstance(x, float) for x in vec)
+
+
+def test_default_kind_is_passage_and_empty_prefix_changes_nothing() -> None:
+    emb = make()
+    emb.embed(["a"])
+    assert emb.calls == [(["a"], "passage")]
+
+
+def test_prefix_changes_the_vector() -> None:
+    plain = make().embed(["same"], kind="query")
+    prefixed = make(query_prefix="query: ").embed(["same"], kind="query")
+    assert not np.allclose(plain, prefixed)
+
+
+# --- normalisation -----------------------------------------------------------------------------
+def test_normalised_rows_have_unit_length() -> None:
+    out = make(batch_size=3).embed([f"t{i}" for i in range(7)])
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
+
+
+def test_normalize_false_keeps_raw_vectors() -> None:
+    emb = make(normalize=False)
+    out = emb.embed(["t"])
+    raw = HashEmbedder(model="m").embed_batch(["t"], kind="passage")
+    np.testing.assert_allclose(out, raw.astype(np.float32), rtol=1e-6)
+    assert abs(float(np.linalg.norm(out[0])) - 1.0) > 1e-3
+
+
+def test_zero_vector_cannot_be_normalised() -> None:
+    class Zero(Embedder):
+        def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+            return np.zeros((len(texts), 4), dtype=np.float32)
+
+    with pytest.raises(EmbeddingError, match="zero vector"):
+        Zero(model="z").embed(["a"])
+    assert Zero(model="z", normalize=False).embed(["a"]).shape == (1, 4)
+
+
+# --- shape and value checks ------------------------------------------------------------------
+def test_dims_mismatch_between_batches() -> None:
+    emb = make(batch_size=2, widths=[8, 8, 6])
+    with pytest.raises(EmbeddingError, match=r"6-d .* expected 8-d"):
+        emb.embed([f"t{i}" for i in range(6)])
+
+
+def test_dims_mismatch_across_calls() -> None:
+    emb = make(widths=[8, 4])
+    emb.embed(["a"])
+    with pytest.raises(EmbeddingError, match="expected 8-d"):
+        emb.embed(["b"])
+
+
+def test_configured_dims_are_enforced() -> None:
+    emb = make(dims=16)
+    assert emb.dims == 16  # trusted without a probe ...
+    assert emb.calls == []
+    with pytest.raises(EmbeddingError, match="expected 16-d"):
+        emb.embed(["a"])  # ... until the first batch disagrees
+
+
+def test_wrong_row_count_and_nan_are_errors() -> None:
+    class Short(Embedder):
+        def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+            return np.ones((len(texts) - 1, 4), dtype=np.float32)
+
+    class NaN(Embedder):
+        def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+            return np.full((len(texts), 4), np.nan, dtype=np.float32)
+
+    with pytest.raises(EmbeddingError, match="shape"):
+        Short(model="s").embed(["a", "b"])
+    with pytest.raises(EmbeddingError, match="NaN"):
+        NaN(model="n").embed(["a"])
+
+
+def test_library_errors_are_wrapped_with_cause() -> None:
+    class Broken(Embedder):
+        backend = "broken"
+
+        def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+            raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(EmbeddingError, match="CUDA out of memory") as info:
+        Broken(model="b").embed(["a"])
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_dims_probe_is_lazy_and_single() -> None:
+    emb = make(width=12)
+    assert emb.calls == []
+    assert emb.dims == 12
+    assert emb.dims == 12
+    assert len(emb.calls) == 1
+
+
+# --- fingerprint --------------------------------------------------------------------------------
+def test_version_is_stable_and_short() -> None:
+    a = make(query_prefix="query: ", passage_prefix="passage: ")
+    b = make(query_prefix="query: ", passage_prefix="passage: ")
+    assert a.embedding_version == b.embedding_version
+    assert a.embedding_version == a.embedding_version
+    assert a.embedding_version.startswith("hash:hash-model:8:norm:")
+    assert len(a.embedding_version) < 100
+
+
+def test_version_sensitive_to_what_changes_vectors() -> None:
+    base = make().embedding_version
+    variants = [
+        make(model="other-model"),
+        make(query_prefix="query: "),
+        make(passage_prefix="passage: "),
+        make(normalize=False),
+        make(width=16),
+    ]
+    versions = {v.embedding_version for v in variants}
+    assert base not in versions
+    assert len(versions) == len(variants)
+    # Swapping the two prefixes is a different embedding too.
+    assert (
+        make(query_prefix="x", passage_prefix="").embedding_version
+        != make(query_prefix="", passage_prefix="x").embedding_version
+    )
+
+
+def test_long_prefix_is_hashed() -> None:
+    instruction = "Represent this sentence for searching relevant passages: "
+    version = make(query_prefix=instruction).embedding_version
+    assert instruction not in version
+    assert version != make(query_prefix=instruction + " ").embedding_version
+
+
+def test_version_is_stable_across_processes() -> None:
+    code = (
+        "from tests.unit.test_embedding_base import make;"
+        "print(make(query_prefix='query: ', passage_prefix='passage: ').embedding_version)"
+    )
+    repo_root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo_root
+    ).stdout.strip()
+    assert out == make(query_prefix="query: ", passage_prefix="passage: ").embedding_version
+
+
+def test_folder_fingerprint_follows_content(tmp_path: Path) -> None:
+    from es_rag.embedding import _folder_fingerprint
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"hidden_size": 8}')
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "README.md").write_text("docs do not count")
+    first = _folder_fingerprint(folder)
+    (folder / "README.md").write_text("edited docs")
+    assert _folder_fingerprint(folder) == first
+    copy = tmp_path / "b"
+    copy.mkdir()
+    (copy / "config.json").write_text('{"hidden_size": 8}')
+    (copy / "model.safetensors").write_bytes(b"weights")
+    assert _folder_fingerprint(copy) == first  # location-independent
+    (folder / "model.safetensors").write_bytes(b"weights2")
+    assert _folder_fingerprint(folder) != first
+    assert len(first) == 12
+
+
+# --- construction is free ---------------------------------------------------------------------
+def test_build_embedder_backends_without_io() -> None:
+    st = build_embedder(Settings(embedding_model="/nonexistent/model"))
+    assert isinstance(st, SentenceTransformerEmbedder)
+    flag = build_embedder(Settings(embedding_backend="flag", embedding_batch_size=7))
+    assert isinstance(flag, FlagEmbedder) and flag.batch_size == 7
+    assert flag.model == "BAAI/bge-m3"
+    oa = build_embedder(
+        Settings(
+            embedding_backend="openai",
+            embedding_url="http://127.0.0.1:1/v1/",
+            embedding_api_key=SecretStr("sk-test"),
+            embedding_dims=384,
+        )
+    )
+    assert isinstance(oa, OpenAIEmbedder)
+    assert oa.endpoint == "http://127.0.0.1:1/v1/embeddings"
+    assert oa.dims == 384
+
+
+@pytest.mark.parametrize(
+    ("url", "endpoint"),
+    [
+        ("http://h:8000", "http://h:8000/v1/embeddings"),
+        ("http://h:8000/", "http://h:8000/v1/embeddings"),
+        ("http://h:8000/v1", "http://h:8000/v1/embeddings"),
+        ("http://h:8000/v1/embeddings", "http://h:8000/v1/embeddings"),
+        ("https://h/proxy/v1/", "https://h/proxy/v1/embeddings"),
+    ],
+)
+def test_openai_endpoint_normalisation(url: str, endpoint: str) -> None:
+    assert OpenAIEmbedder(model="m", url=url).endpoint == endpoint
+
+
+def test_openai_input_type_replaces_prefixes_in_version() -> None:
+    with_it = OpenAIEmbedder(model="m", url="http://h", dims=4, query_prefix="query: ")
+    without = OpenAIEmbedder(
+        model="m", url="http://h", dims=4, query_prefix="query: ", input_type=False
+    )
+    assert with_it.embedding_version == "openai:m:4:norm:it"
+    assert 'q="query: "' in without.embedding_version
+
+
+def test_retry_after_parsing() -> None:
+    from es_rag.embedding import _retry_after_seconds
+
+    assert _retry_after_seconds("3") == 3.0
+    assert _retry_after_seconds(None) is None
+    assert _retry_after_seconds("garbage") is None
+    assert _retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
