@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from es_rag.chunking import CHUNKER_VERSION, chunk_text, guess_title
 from es_rag.config import Settings
 from es_rag.embedding import Embedder, build_embedder
 from es_rag.engine.client import make_client
-from es_rag.engine.index import ChunkIndex
+from es_rag.engine.index import ChunkIndex, bulk_error
 from es_rag.engine.mapping import IndexContract, build_index_body
 from es_rag.errors import (
     DimensionMismatchError,
@@ -33,7 +34,7 @@ from es_rag.errors import (
     InputError,
     UnsupportedFormatError,
 )
-from es_rag.types import AccessControl, Chunk, Document, IngestResult
+from es_rag.types import AccessControl, Chunk, Document, IngestResult, IngestStatus
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +126,53 @@ class Ingestor:
 
     # --- one document ----------------------------------------------------------------------
     def ingest(self, doc: Document, *, refresh: bool = False) -> IngestResult:
+        """Ingest one document; its failure is raised (see ``ingest_many`` for reports)."""
+        outcome = self._ingest_batch([doc], refresh=refresh)[0]
+        if isinstance(outcome, EsRagError):
+            raise outcome
+        return outcome
+
+    def ingest_many(self, docs: Sequence[Document], *, refresh: bool = False) -> list[IngestResult]:
+        """Ingest documents together (one embedding stream, one bulk stream).
+
+        A document that fails is reported in its result and loses nothing that was indexed
+        before; the others still ingest. A dead server raises ``EngineUnavailableError``.
+        """
+        return [
+            _failed(doc.doc_id, out) if isinstance(out, EsRagError) else out
+            for doc, out in zip(docs, self._ingest_batch(docs, refresh=refresh), strict=True)
+        ]
+
+    def _ingest_batch(
+        self, docs: Sequence[Document], *, refresh: bool
+    ) -> list[IngestResult | EsRagError]:
         if not self._ready:
             self.init_index()
-        timings: dict[str, float] = {}
+        out: list[IngestResult | EsRagError | None] = [None] * len(docs)
+        plans: list[_Plan] = []
+        emb_version = self.embedder.embedding_version
+        for i, doc in enumerate(docs):
+            try:
+                plan = self._plan(i, doc)
+            except EngineUnavailableError:
+                raise
+            except EsRagError as exc:
+                out[i] = exc
+                continue
+            state = self.index.doc_state(doc.doc_id)
+            if state.is_complete(doc_hash=plan.doc_hash, embedding_version=emb_version):
+                out[i] = plan.result("skipped", chunks=state.count)
+                continue
+            plan.old = self.index.chunk_locations(doc.doc_id) if state.count else {}
+            plans.append(plan)
+
+        if plans:
+            self._write(plans, out)
+        if refresh:
+            self.index.refresh()
+        return [o for o in out if o is not None]
+
+    def _plan(self, position: int, doc: Document) -> _Plan:
         t0 = time.perf_counter()
         title = doc.title or doc.doc_id
         chunks = chunk_text(
@@ -138,33 +183,36 @@ class Ingestor:
         )
         if not chunks:
             raise InputError(f"{doc.doc_id}: no text to index")
-        timings["chunk"] = _ms(t0)
         doc_hash = self.doc_hash(doc, title)
-        version = doc.doc_version or doc_hash[:16]
-        emb_version = self.embedder.embedding_version
+        plan = _Plan(position, doc, title, chunks, doc_hash, doc.doc_version or doc_hash[:16])
+        plan.timings["chunk"] = _ms(t0)
+        return plan
 
-        state = self.index.doc_state(doc.doc_id)
-        if state.is_complete(doc_hash=doc_hash, embedding_version=emb_version):
-            return IngestResult(
-                doc_id=doc.doc_id,
-                status="skipped",
-                chunks=state.count,
-                source=doc.source_uri,
-                timings_ms=timings,
-            )
-        old = self.index.chunk_locations(doc.doc_id) if state.count else {}
-
+    def _write(self, plans: list[_Plan], out: list[IngestResult | EsRagError | None]) -> None:
+        """Embed every planned chunk, write all rows, then roll back or clean up per doc."""
         t0 = time.perf_counter()
-        vectors = self.embedder.embed([embedding_text(c) for c in chunks], kind="passage")
-        timings["embed"] = _ms(t0)
-        expected = self.index_dims()
-        if vectors.shape[1] != expected:
-            raise DimensionMismatchError(expected=expected, got=int(vectors.shape[1]))
-
-        t0 = time.perf_counter()
-        rows = list(self._rows(doc, title, chunks, vectors.tolist(), doc_hash, version))
-        timings["analyze"] = _ms(t0)
-        new_ids = {row["_id"] for row in rows}
+        texts = [embedding_text(c) for p in plans for c in p.chunks]
+        try:
+            vectors = self.embedder.embed(texts, kind="passage")
+            expected = self.index_dims()
+            if vectors.shape[1] != expected:
+                raise DimensionMismatchError(expected=expected, got=int(vectors.shape[1]))
+        except EsRagError as exc:
+            for p in plans:
+                out[p.position] = exc
+            return
+        embed_ms = _ms(t0)
+        rows: list[dict[str, Any]] = []
+        owner: dict[str, _Plan] = {}
+        start = 0
+        for p in plans:
+            part = vectors[start : start + len(p.chunks)].tolist()
+            start += len(p.chunks)
+            for row in self._rows(p.doc, p.title, p.chunks, part, p.doc_hash, p.version):
+                rows.append(row)
+                owner[row["_id"]] = p
+                p.new_ids.add(row["_id"])
+            p.timings["embed"] = embed_ms * len(p.chunks) / max(len(texts), 1)
 
         t0 = time.perf_counter()
         outcome = self.index.bulk(
@@ -173,27 +221,32 @@ class Ingestor:
             max_retries=self.settings.bulk_max_retries,
             initial_backoff=self.settings.bulk_initial_backoff,
         )
-        if outcome.failures:
-            # Roll back what this attempt added; the previous version stays whole.
-            added = {i: self.settings.index for i in new_ids - set(old)}
-            self.index.delete_chunks(added)
-            self.index.raise_on_failures(outcome, f"indexing {doc.doc_id}")
-        stale = {cid: idx for cid, idx in old.items() if cid not in new_ids}
-        if stale:
-            self.index.raise_on_failures(
-                self.index.delete_chunks(stale), f"deleting stale chunks of {doc.doc_id}"
-            )
-        if refresh:
-            self.index.refresh()
-        timings["index"] = _ms(t0)
-        return IngestResult(
-            doc_id=doc.doc_id,
-            status="indexed",
-            chunks=len(rows),
-            deleted=len(stale),
-            source=doc.source_uri,
-            timings_ms=timings,
-        )
+        for failure in outcome.failures:
+            owner[failure["chunk_id"]].failures.append(failure)
+        rollback: dict[str, str] = {}
+        stale: dict[str, str] = {}
+        for p in plans:
+            if p.failures:
+                # Roll back what this attempt added; the previous version stays whole.
+                rollback.update({i: self.settings.index for i in p.new_ids - set(p.old)})
+            else:
+                stale.update({c: idx for c, idx in p.old.items() if c not in p.new_ids})
+        if rollback:
+            self.index.delete_chunks(rollback)
+        cleanup = self.index.delete_chunks(stale) if stale else None
+        stale_failures = {f["chunk_id"] for f in cleanup.failures} if cleanup else set()
+        index_ms = _ms(t0)
+        for p in plans:
+            p.timings["index"] = index_ms * len(p.chunks) / max(len(texts), 1)
+            leftover = [c for c in p.old if c not in p.new_ids and c in stale_failures]
+            if p.failures:
+                out[p.position] = bulk_error(f"indexing {p.doc.doc_id}", p.failures)
+            elif leftover:
+                failures = [f for f in cleanup.failures if f["chunk_id"] in leftover]  # type: ignore[union-attr]
+                out[p.position] = bulk_error(f"deleting stale chunks of {p.doc.doc_id}", failures)
+            else:
+                deleted = sum(1 for c in p.old if c not in p.new_ids)
+                out[p.position] = p.result("indexed", chunks=len(p.chunks), deleted=deleted)
 
     def index_dims(self) -> int:
         contract = self.index.contract()
@@ -281,37 +334,68 @@ class Ingestor:
         doc_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         on_result: Callable[[IngestResult], None] | None = None,
+        batch_docs: int = 32,
     ) -> list[IngestResult]:
-        """Ingest files and folders; a bad file is reported and the others still ingest."""
+        """Ingest files and folders; a bad file is reported and the others still ingest.
+
+        Files are read and ingested in batches of ``batch_docs`` so that many small files
+        share embedding batches and bulk requests.
+        """
         files = list(expand_paths(paths))
         if doc_id is not None and len(files) != 1:
             raise InputError("--doc-id names one document: give exactly one file")
         results: list[IngestResult] = []
         unavailable: str | None = None
-        for path, listed_error in files:
-            given = str(path)
-            if unavailable or listed_error:
-                reason = listed_error or f"not attempted: {unavailable}"
-                result = IngestResult(
-                    doc_id=doc_id or given,
-                    status="failed",
-                    error=reason,
-                    error_type="UnsupportedFormatError"
-                    if listed_error
-                    else "EngineUnavailableError",
-                )
-            else:
-                try:
-                    doc = load_document(path, acl=acl, doc_id=doc_id, metadata=metadata)
-                    result = self.ingest(doc)
-                except EngineUnavailableError as exc:
-                    unavailable = str(exc)
-                    result = _failed(doc_id or given, exc)
-                except EsRagError as exc:
-                    result = _failed(doc_id or given, exc)
+
+        def report(result: IngestResult) -> None:
             results.append(result)
             if on_result:
                 on_result(result)
+
+        batch: list[Document] = []
+
+        def flush() -> None:
+            nonlocal unavailable
+            if not batch:
+                return
+            try:
+                done = self.ingest_many(batch)
+            except EngineUnavailableError as exc:
+                unavailable = str(exc)
+                done = [_failed(d.doc_id, exc) for d in batch]
+            for result in done:
+                report(result)
+            batch.clear()
+
+        for path, listed_error in files:
+            given = doc_id or str(path)
+            if unavailable:
+                report(
+                    IngestResult(
+                        doc_id=given,
+                        status="failed",
+                        error_type="EngineUnavailableError",
+                        error=f"not attempted: {unavailable}",
+                    )
+                )
+                continue
+            if listed_error:
+                report(
+                    IngestResult(
+                        doc_id=given,
+                        status="failed",
+                        error=listed_error,
+                        error_type="UnsupportedFormatError",
+                    )
+                )
+                continue
+            try:
+                batch.append(load_document(path, acl=acl, doc_id=doc_id, metadata=metadata))
+            except EsRagError as exc:
+                report(_failed(given, exc))
+            if len(batch) >= batch_docs:
+                flush()
+        flush()
         if self._ready and not unavailable:
             self.index.refresh()
         return results
@@ -323,6 +407,32 @@ class Ingestor:
         if refresh:
             self.index.refresh()
         return len(locations)
+
+
+@dataclass
+class _Plan:
+    """One document on its way into the index."""
+
+    position: int
+    doc: Document
+    title: str
+    chunks: list[Chunk]
+    doc_hash: str
+    version: str
+    old: dict[str, str] = field(default_factory=dict)
+    new_ids: set[str] = field(default_factory=set)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def result(self, status: IngestStatus, *, chunks: int, deleted: int = 0) -> IngestResult:
+        return IngestResult(
+            doc_id=self.doc.doc_id,
+            status=status,
+            chunks=chunks,
+            deleted=deleted,
+            source=self.doc.source_uri,
+            timings_ms=self.timings,
+        )
 
 
 def _failed(doc_id: str, exc: Exception) -> IngestResult:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Start/stop a real single-node search server on loopback, without Docker.
 #
-#   scripts/search-server.sh start|stop|status|url [options]
+#   scripts/search-server.sh start|stop|status|url|fetch [options]
+#
+# fetch downloads and unpacks the distribution only (used by scripts/setup.sh).
 #
 # Options:
 #   --engine elasticsearch     engine to run (opensearch: reserved, not yet supported)
@@ -38,7 +40,7 @@ RUN_USER=esrag
 
 usage() {
     cat >&2 <<EOF
-usage: $PROG start|stop|status|url [--engine elasticsearch] [--port 9200] [--version 9.2.8]
+usage: $PROG start|stop|status|url|fetch [--engine elasticsearch] [--port 9200] [--version 9.2.8]
                                    [--heap 1g] [--name NAME] [--transport-port N] [--fresh]
 EOF
 }
@@ -55,7 +57,7 @@ log() { echo "$PROG: $*" >&2; }
 CMD=$1
 shift
 case "$CMD" in
-    start | stop | status | url) ;;
+    start | stop | status | url | fetch) ;;
     -h | --help | help) usage; exit 0 ;;
     *) echo "$PROG: unknown command: $CMD" >&2; usage; exit 2 ;;
 esac
@@ -402,6 +404,7 @@ case "$ENGINE" in
             stop) es_stop ;;
             status) es_status ;;
             url) echo "$URL" ;;
+            fetch) es_unpack && log "elasticsearch $VERSION ready in $(es_home)" ;;
         esac
         ;;
     opensearch)

