@@ -74,6 +74,10 @@ def main_options(
         device=device,
     )
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr)
+    if not verbose:
+        # The transport logs every failed attempt with a traceback; es-rag reports the
+        # outcome itself, as one line.
+        logging.getLogger("elastic_transport").setLevel(logging.ERROR)
 
 
 @app.command()

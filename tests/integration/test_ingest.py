@@ -230,3 +230,33 @@ def test_batch_isolates_a_failing_document(
     assert results["empty"].status == "failed" and results["empty"].error_type == "InputError"
     assert rows(es_client, settings.index, "bad") == []
     assert len(rows(es_client, settings.index, "ok-1")) == results["ok-1"].chunks
+
+
+def test_search_refuses_other_analyzer_or_model(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+    embedder,  # type: ignore[no-untyped-def]
+) -> None:
+    from es_rag.analysis import TextAnalyzer
+    from es_rag.errors import AnalyzerMismatchError
+    from es_rag.query.search import Searcher
+
+    settings = make_settings()
+    ingestor_for(settings).ingest(Document(doc_id="d", text="hello world", acl=ACL), refresh=True)
+    french = Searcher(
+        settings, client=es_client, embedder=embedder, analyzer=TextAnalyzer("french")
+    )
+    with pytest.raises(AnalyzerMismatchError):
+        french.search("bonjour", tenant="acme", strategy="bm25")
+
+    class Other(CountingEmbedder):
+        @property
+        def embedding_version(self) -> str:
+            return "st:another-model@000000000000:384"
+
+    other = Searcher(settings, client=es_client, embedder=Other(embedder))
+    with pytest.raises(IndexContractError, match="vectors"):
+        other.search("hello", tenant="acme", strategy="knn")
+    # BM25 needs no vectors: it still works with another embedding model configured.
+    assert other.search("hello", tenant="acme", principals=["group:support"], strategy="bm25").hits
