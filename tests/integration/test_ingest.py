@@ -260,3 +260,29 @@ def test_search_refuses_other_analyzer_or_model(
         other.search("hello", tenant="acme", strategy="knn")
     # BM25 needs no vectors: it still works with another embedding model configured.
     assert other.search("hello", tenant="acme", principals=["group:support"], strategy="bm25").hits
+
+
+def test_dimension_mismatch_indexes_nothing(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    es_client: Elasticsearch,
+    embedder,  # type: ignore[no-untyped-def]
+    analyzer,  # type: ignore[no-untyped-def]
+) -> None:
+    """A model server that silently switched models (same name, other width) is caught."""
+    from es_rag.errors import DimensionMismatchError, EmbeddingError
+
+    settings = make_settings()
+    ingestor_for(settings).init_index()
+
+    class Truncating(CountingEmbedder):
+        def embed_batch(self, texts: list[str], *, kind) -> np.ndarray:  # type: ignore[no-untyped-def]
+            return super().embed_batch(texts, kind=kind)[:, :100]
+
+    truncating = Truncating(embedder)
+    truncating._dims = 384  # what it claimed when the index was created
+    ingestor = Ingestor(settings, client=es_client, embedder=truncating, analyzer=analyzer)
+    with pytest.raises((DimensionMismatchError, EmbeddingError)) as info:
+        ingestor.ingest(Document(doc_id="d", text="some text to embed", acl=ACL), refresh=True)
+    assert "100" in str(info.value) and "384" in str(info.value), info.value
+    assert rows(es_client, settings.index, "d") == []

@@ -40,3 +40,11 @@ def test_tenant_is_required() -> None:
         make_acl(" ", public=True)
     with pytest.raises(AccessControlError):
         make_caller("")
+
+
+def test_public_api_is_exported_lazily() -> None:
+    import es_rag
+
+    assert set(es_rag.__all__) - {"__version__"} == set(es_rag._EXPORTS)
+    for name in es_rag._EXPORTS:
+        assert getattr(es_rag, name) is not None
