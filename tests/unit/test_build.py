@@ -128,3 +128,23 @@ def test_native_size_capped_by_window() -> None:
         "x", VECTOR, acl=ACL, size=80, rank_window_size=50, rank_constant=60, num_candidates=100
     )
     assert body["size"] == 50
+
+
+def test_native_ranks_parsed_from_the_server_explanation() -> None:
+    """The shape Elasticsearch's RRFRankDoc.explain produces (positions + 1; 0 = absent)."""
+    from es_rag.query.search import _native_ranks
+
+    explanation = {
+        "value": 0.032,
+        "description": "sum of:",
+        "details": [
+            {
+                "value": 0.032,
+                "description": "rrf score: [0.032522473] computed for initial ranks [2, 0] with "
+                "rankConstant: [60] as sum of [1 / (rank + rankConstant)] for each query",
+                "details": [],
+            }
+        ],
+    }
+    assert _native_ranks(explanation) == {"bm25": 2, "knn": None}
+    assert _native_ranks(None) == {"bm25": None, "knn": None}
