@@ -1,6 +1,7 @@
 """Heading-aware chunking for plain text and Markdown, pure (no I/O).
 
-Sections follow the Markdown heading hierarchy; each child chunk carries its title path and
+Sections follow the Markdown heading hierarchy and become parent chunks (context, capped in
+size); each child chunk carries its parent, its title path and
 a ``context_header`` ("Document > Chapter > Section") that prefixes it for BM25 and for the
 embedding, so a chunk can be read and found on its own. Chunks are packed from whole
 sentences up to ``size`` words with about ``overlap`` words repeated from the previous
@@ -13,11 +14,12 @@ chunker that counts model tokens replaces this one in the parsing issue.)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from es_rag.types import Chunk
 
-CHUNKER_VERSION = "md-sections-1"
+CHUNKER_VERSION = "md-sections-2"
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -135,44 +137,88 @@ def _join(units: list[tuple[str, str, int]]) -> str:
     return out
 
 
-def chunk_text(text: str, *, title: str, size: int = 200, overlap: int = 30) -> list[Chunk]:
-    """Split a Markdown or plain-text document into searchable child chunks."""
+def _pack(units: list[tuple[str, str, int]], size: int) -> list[list[tuple[str, str, int]]]:
+    """Consecutive groups of whole units, each at most ``size`` words (one unit may exceed)."""
+    groups: list[list[tuple[str, str, int]]] = []
+    words = 0
+    for unit in units:
+        n = count_words(unit[1])
+        if groups and words + n <= size:
+            groups[-1].append(unit)
+            words += n
+        else:
+            groups.append([unit])
+            words = n
+    return groups
+
+
+def chunk_text(
+    text: str, *, title: str, size: int = 200, overlap: int = 30, parent_size: int = 800
+) -> list[Chunk]:
+    """Split a Markdown or plain-text document into parent and child chunks.
+
+    Parents are sections (split when longer than ``parent_size`` words): context for the
+    answer, never searched. Children are the searchable pieces, packed inside their parent
+    with ``overlap``, so a child never straddles two parents and each knows its parent.
+    Returned in document order: each parent, then its children.
+    """
     if overlap >= size:
         raise ValueError("overlap must be smaller than size")
+    parent_size = max(parent_size, size)
     chunks: list[Chunk] = []
+    n_children = n_parents = 0
     for section in _sections(text, title):
-        units = _units(section.blocks, size)
         header = " > ".join(section.path)
-        start = 0
-        while start < len(units):
-            end, words = start, 0
-            while end < len(units):
-                n = count_words(units[end][1])
-                if end > start and words + n > size:
-                    break
-                words += n
-                end += 1
-            body = _join(units[start:end])
-            kinds = tuple(sorted({kind for kind, _, _ in units[start:end]}))
+        for group in _pack(_units(section.blocks, size), parent_size):
+            parent = n_parents
+            n_parents += 1
             chunks.append(
                 Chunk(
-                    ordinal=len(chunks),
-                    chunk_type="child",
-                    content=body,
+                    ordinal=parent,
+                    chunk_type="parent",
+                    content=_join(group),
                     title_path=section.path,
                     context_header=header,
-                    element_types=kinds,
+                    element_types=tuple(sorted({kind for kind, _, _ in group})),
                 )
             )
-            if end >= len(units):
-                break
-            # Step back over whole sentences worth about `overlap` words, never past `start`.
-            back, carried = end, 0
-            while back - 1 > start and carried + count_words(units[back - 1][1]) <= overlap:
-                back -= 1
-                carried += count_words(units[back][1])
-            start = back
+            for body, kinds in _children(group, size, overlap):
+                chunks.append(
+                    Chunk(
+                        ordinal=n_children,
+                        chunk_type="child",
+                        content=body,
+                        title_path=section.path,
+                        context_header=header,
+                        parent_ordinal=parent,
+                        element_types=kinds,
+                    )
+                )
+                n_children += 1
     return chunks
+
+
+def _children(
+    units: list[tuple[str, str, int]], size: int, overlap: int
+) -> Iterator[tuple[str, tuple[str, ...]]]:
+    start = 0
+    while start < len(units):
+        end, words = start, 0
+        while end < len(units):
+            n = count_words(units[end][1])
+            if end > start and words + n > size:
+                break
+            words += n
+            end += 1
+        yield _join(units[start:end]), tuple(sorted({kind for kind, _, _ in units[start:end]}))
+        if end >= len(units):
+            break
+        # Step back over whole sentences worth about `overlap` words, never past `start`.
+        back, carried = end, 0
+        while back - 1 > start and carried + count_words(units[back - 1][1]) <= overlap:
+            back -= 1
+            carried += count_words(units[back][1])
+        start = back
 
 
 def guess_title(text: str, fallback: str) -> str:

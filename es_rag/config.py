@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 EmbeddingBackend = Literal["sentence-transformers", "flag", "openai"]
 StrategyName = Literal["auto", "bm25", "knn", "client-rrf", "native-rrf"]
 Similarity = Literal["cosine", "dot_product", "max_inner_product", "l2_norm"]
+RerankBackend = Literal["flag", "cross-encoder"]
 
 
 class Settings(BaseSettings):
@@ -76,6 +77,9 @@ class Settings(BaseSettings):
     # --- chunking (simple .txt/.md chunker) ------------------------------------------------
     chunk_size: int = Field(default=200, description="target child chunk size in words")
     chunk_overlap: int = Field(default=30, description="words shared by consecutive chunks")
+    parent_chunk_size: int = Field(
+        default=800, description="parent (section) chunk cap in words; context, not searched"
+    )
 
     # --- ingest ---------------------------------------------------------------------------
     bulk_chunk_size: int = 256
@@ -92,6 +96,22 @@ class Settings(BaseSettings):
     knn_weight: float = 1.0
     content_boost: float = 1.0
     title_boost: float = 0.5
+
+    # --- rerank ---------------------------------------------------------------------------
+    rerank_model: str | None = Field(
+        default=None,
+        description="cross-encoder name or local path (production: BAAI/bge-reranker-v2-m3); "
+        "unset = no reranking",
+    )
+    rerank_backend: RerankBackend = "flag"
+    rerank_window: int = Field(default=50, description="top candidates the reranker sees")
+    rerank_k: int | None = Field(
+        default=None, description="hits kept after reranking; unset = the search k"
+    )
+    rerank_batch_size: int = 16
+    rerank_max_length: int = Field(default=512, description="tokens of query + passage")
+    rerank_timeout: float = Field(default=10.0, description="seconds budget for one rerank")
+    rerank_fp16: bool = Field(default=True, description="half precision; applied on cuda only")
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -6,11 +6,14 @@
     ├── IndexContractError          the index's _meta disagrees with the configuration
     │   └── DimensionMismatchError  vectors of the wrong size for the index
     ├── AnalyzerMismatchError       query-time analyzer differs from the index's
+    ├── AclGuardError               a search body without the caller's ACL (a bug, never sent)
     ├── EngineError                 the search server refused or failed a request
     │   ├── EngineUnavailableError  the server cannot be reached (transient)
     │   ├── BulkIndexingError       some chunks of a bulk request failed (details per chunk)
     │   └── StrategyUnavailableError  a forced strategy the cluster cannot run
     ├── EmbeddingError              the embedding model or server failed
+    ├── RerankError                 the reranker failed or ran out of time
+    ├── FilterError                 a user filter that cannot be translated honestly
     └── InputError                  an input document that cannot be ingested
         └── UnsupportedFormatError  a file type es-rag does not parse
 
@@ -55,6 +58,10 @@ class AnalyzerMismatchError(EsRagError):
     """The query-time analyzer differs from the one the index was built with."""
 
 
+class AclGuardError(EsRagError):
+    """A search body lacked the caller's ACL in some retriever; it was not sent."""
+
+
 class EngineError(EsRagError):
     """The search server refused or failed a request."""
 
@@ -80,6 +87,14 @@ class StrategyUnavailableError(EngineError):
 
 class EmbeddingError(EsRagError):
     """The embedding model or embedding server failed."""
+
+
+class RerankError(EsRagError):
+    """The reranker failed or ran out of time."""
+
+
+class FilterError(EsRagError):
+    """A user's search filter that is malformed or would silently match the wrong rows."""
 
 
 class InputError(EsRagError):

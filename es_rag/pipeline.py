@@ -165,7 +165,7 @@ class Ingestor:
                 continue
             state = self.index.doc_state(doc.doc_id)
             if state.is_complete(doc_hash=plan.doc_hash, embedding_version=emb_version):
-                out[i] = plan.result("skipped", chunks=state.count)
+                out[i] = plan.result("skipped")
                 continue
             plan.old = self.index.chunk_locations(doc.doc_id) if state.count else {}
             plans.append(plan)
@@ -184,6 +184,7 @@ class Ingestor:
             title=title,
             size=self.settings.chunk_size,
             overlap=self.settings.chunk_overlap,
+            parent_size=self.settings.parent_chunk_size,
         )
         if not chunks:
             raise InputError(f"{doc.doc_id}: no text to index")
@@ -195,7 +196,7 @@ class Ingestor:
     def _write(self, plans: list[_Plan], out: list[IngestResult | EsRagError | None]) -> None:
         """Embed every planned chunk, write all rows, then roll back or clean up per doc."""
         t0 = time.perf_counter()
-        texts = [embedding_text(c) for p in plans for c in p.chunks]
+        texts = [embedding_text(c) for p in plans for c in p.children]
         try:
             vectors = self.embedder.embed(texts, kind="passage")
             expected = self._dims
@@ -210,13 +211,13 @@ class Ingestor:
         owner: dict[str, _Plan] = {}
         start = 0
         for p in plans:
-            part = vectors[start : start + len(p.chunks)].tolist()
-            start += len(p.chunks)
+            part = vectors[start : start + len(p.children)].tolist()
+            start += len(p.children)
             for row in self._rows(p.doc, p.title, p.chunks, part, p.doc_hash, p.version):
                 rows.append(row)
                 owner[row["_id"]] = p
                 p.new_ids.add(row["_id"])
-            p.timings["embed"] = embed_ms * len(p.chunks) / max(len(texts), 1)
+            p.timings["embed"] = embed_ms * len(p.children) / max(len(texts), 1)
 
         t0 = time.perf_counter()
         outcome = self.index.bulk(
@@ -241,7 +242,7 @@ class Ingestor:
         stale_failures = {f["chunk_id"] for f in cleanup.failures} if cleanup else set()
         index_ms = _ms(t0)
         for p in plans:
-            p.timings["index"] = index_ms * len(p.chunks) / max(len(texts), 1)
+            p.timings["index"] = index_ms * len(p.children) / max(len(texts), 1)
             leftover = [c for c in p.old if c not in p.new_ids and c in stale_failures]
             if p.failures:
                 out[p.position] = bulk_error(f"indexing {p.doc.doc_id}", p.failures)
@@ -250,10 +251,11 @@ class Ingestor:
                 out[p.position] = bulk_error(f"deleting stale chunks of {p.doc.doc_id}", failures)
             else:
                 deleted = sum(1 for c in p.old if c not in p.new_ids)
-                out[p.position] = p.result("indexed", chunks=len(p.chunks), deleted=deleted)
+                out[p.position] = p.result("indexed", deleted=deleted)
 
     def doc_hash(self, doc: Document, title: str) -> str:
         """Everything that ends up in the rows, so any change re-indexes the document."""
+        s = self.settings
         payload = {
             "text": doc.text,
             "title": title,
@@ -263,7 +265,7 @@ class Ingestor:
             "mime": doc.mime_type,
             "doc_version": doc.doc_version,
             "chunker": CHUNKER_VERSION,
-            "chunking": [self.settings.chunk_size, self.settings.chunk_overlap],
+            "chunking": [s.chunk_size, s.chunk_overlap, s.parent_chunk_size],
             "analyzer": self.analyzer.version,
             "parser": PARSER_VERSION,
         }
@@ -279,13 +281,15 @@ class Ingestor:
         doc_hash: str,
         version: str,
     ) -> Iterator[dict[str, Any]]:
+        """Index actions for every chunk; children get the vectors (in order) and terms."""
         now = datetime.now(timezone.utc).isoformat()
         default_lang = _LANG_CODES.get(
             self.settings.analyzer_language, self.settings.analyzer_language
         )
-        for chunk, vector in zip(chunks, vectors, strict=True):
+        child_vectors = iter(vectors)
+        for chunk in chunks:
             cid = chunk_id(doc.doc_id, version, chunk.chunk_type, chunk.ordinal)
-            source = {
+            source: dict[str, Any] = {
                 "chunk_id": cid,
                 "doc_id": doc.doc_id,
                 "doc_version": version,
@@ -297,9 +301,6 @@ class Ingestor:
                 "title_path": list(chunk.title_path),
                 "context_header": chunk.context_header,
                 "content": chunk.content,
-                "content_terms": self.analyzer.analyze(embedding_text(chunk)),
-                "title_terms": self.analyzer.analyze(" ".join(chunk.title_path)),
-                "embedding": vector,
                 "source_uri": doc.source_uri,
                 "mime_type": doc.mime_type,
                 "page_start": chunk.page_start,
@@ -318,12 +319,23 @@ class Ingestor:
                 **doc.acl.as_fields(),
                 "metadata": doc.metadata,
             }
+            if chunk.chunk_type == "child":
+                # Parents are context only: no vector, no terms, never matched by a search.
+                source["embedding"] = next(child_vectors)
+                source["content_terms"] = self.analyzer.analyze(embedding_text(chunk))
+                source["title_terms"] = self.analyzer.analyze(" ".join(chunk.title_path))
+                if chunk.parent_ordinal is not None:
+                    source["parent_id"] = chunk_id(
+                        doc.doc_id, version, "parent", chunk.parent_ordinal
+                    )
             yield {
                 "_op_type": "index",
                 "_index": self.settings.index,
                 "_id": cid,
                 "_source": source,
             }
+        if next(child_vectors, None) is not None:
+            raise ValueError("more vectors than child chunks")  # a bug in the caller
 
     # --- files ---------------------------------------------------------------------------
     def ingest_paths(
@@ -424,11 +436,16 @@ class _Plan:
     failures: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
-    def result(self, status: IngestStatus, *, chunks: int, deleted: int = 0) -> IngestResult:
+    @property
+    def children(self) -> list[Chunk]:
+        return [c for c in self.chunks if c.chunk_type == "child"]
+
+    def result(self, status: IngestStatus, *, deleted: int = 0) -> IngestResult:
         return IngestResult(
             doc_id=self.doc.doc_id,
             status=status,
-            chunks=chunks,
+            chunks=len(self.children),
+            parents=len(self.chunks) - len(self.children),
             deleted=deleted,
             source=self.doc.source_uri,
             timings_ms=self.timings,

@@ -120,8 +120,9 @@ class SearchResponse:
 class IngestResult:
     doc_id: str
     status: IngestStatus
-    chunks: int = 0
-    deleted: int = 0
+    chunks: int = 0  # searchable child chunks
+    parents: int = 0  # context-only parent chunks
+    deleted: int = 0  # rows of the previous version removed
     error: str | None = None
     error_type: str | None = None
     source: str | None = None

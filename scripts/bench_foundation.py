@@ -160,7 +160,9 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
             title=doc.title or doc.doc_id,
             size=settings.chunk_size,
             overlap=settings.chunk_overlap,
+            parent_size=settings.parent_chunk_size,
         )
+        if c.chunk_type == "child"
     ]
     embedder.embed(texts[:64])  # warm-up: model load and first-batch costs out of the figures
 

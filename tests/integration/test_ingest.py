@@ -86,7 +86,8 @@ def test_changed_document_replaces_without_gap(
     ingestor = ingestor_for(settings)
     v1 = Document(doc_id="manual", title="Manual", text=long_text("one", 40), acl=ACL)
     v2 = Document(doc_id="manual", title="Manual", text=long_text("two", 25), acl=ACL)
-    n1 = ingestor.ingest(v1, refresh=True).chunks
+    first = ingestor.ingest(v1, refresh=True)
+    n1 = first.chunks + first.parents
     assert len(rows(es_client, settings.index, "manual")) == n1
 
     counts: list[int] = []
@@ -112,7 +113,18 @@ def test_changed_document_replaces_without_gap(
     assert result.deleted == n1  # every old chunk id was replaced (new version, new ids)
     assert len(counts) > 3 and min(counts) > 0, counts
     final = rows(es_client, settings.index, "manual")
-    assert len(final) == result.chunks
+    assert len(final) == result.chunks + result.parents
+    children = [r for r in final if r["chunk_type"] == "child"]
+    parent_ids = {r["_id"] for r in final if r["chunk_type"] == "parent"}
+    assert len(children) == result.chunks and len(parent_ids) == result.parents
+    assert {r["parent_id"] for r in children} == parent_ids
+    with_vectors = es_client.count(
+        index=settings.index,
+        query={
+            "bool": {"filter": [{"term": {"doc_id": "manual"}}, {"exists": {"field": "embedding"}}]}
+        },
+    ).body["count"]
+    assert with_vectors == result.chunks  # parents carry no vector
     assert all("version two" in r["content"] or "for two" in r["content"] for r in final)
     assert not any("version one" in r["content"] for r in final)
     assert {r["doc_version"] for r in final} == {final[0]["doc_version"]}
@@ -152,7 +164,8 @@ def test_item_failure_is_reported_and_rolled_back(
     settings = make_settings()
     ingestor = ingestor_for(settings)
     good = Document(doc_id="doc", text=long_text("good", 3), acl=ACL)
-    n_good = ingestor.ingest(good, refresh=True).chunks
+    ok = ingestor.ingest(good, refresh=True)
+    n_good = ok.chunks + ok.parents
     deep: dict = {}
     node = deep
     for _ in range(30):  # flattened depth_limit is 20
@@ -198,9 +211,8 @@ def test_delete_document(
 ) -> None:
     settings = make_settings()
     ingestor = ingestor_for(settings)
-    n = ingestor.ingest(
-        Document(doc_id="gone", text=long_text("x", 4), acl=ACL), refresh=True
-    ).chunks
+    done = ingestor.ingest(Document(doc_id="gone", text=long_text("x", 4), acl=ACL), refresh=True)
+    n = done.chunks + done.parents
     assert ingestor.delete_document("gone") == n
     assert rows(es_client, settings.index, "gone") == []
 
@@ -229,7 +241,8 @@ def test_batch_isolates_a_failing_document(
     assert results["bad"].status == "failed" and results["bad"].error_type == "BulkIndexingError"
     assert results["empty"].status == "failed" and results["empty"].error_type == "InputError"
     assert rows(es_client, settings.index, "bad") == []
-    assert len(rows(es_client, settings.index, "ok-1")) == results["ok-1"].chunks
+    ok1 = results["ok-1"]
+    assert len(rows(es_client, settings.index, "ok-1")) == ok1.chunks + ok1.parents
 
 
 def test_search_refuses_other_analyzer_or_model(

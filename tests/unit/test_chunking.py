@@ -5,7 +5,15 @@ import re
 
 import pytest
 
-from es_rag.chunking import chunk_text, count_words, guess_title
+from es_rag.chunking import chunk_text as chunk_all
+from es_rag.chunking import count_words, guess_title
+from es_rag.types import Chunk
+
+
+def chunk_text(text: str, **kwargs: object) -> list[Chunk]:
+    """The searchable children only (parents are tested separately)."""
+    return [c for c in chunk_all(text, **kwargs) if c.chunk_type == "child"]  # type: ignore[arg-type]
+
 
 pytestmark = pytest.mark.unit
 
@@ -95,3 +103,29 @@ def test_empty_text_gives_no_chunks() -> None:
 def test_guess_title() -> None:
     assert guess_title(DOC, "fallback") == "Payments guide"
     assert guess_title("no heading here\n# Late", "stem") == "stem"
+
+
+def test_parents_are_sections_and_children_know_them() -> None:
+    chunks = chunk_all(DOC, title="Payments guide", size=8, overlap=2, parent_size=20)
+    parents = {c.ordinal: c for c in chunks if c.chunk_type == "parent"}
+    children = [c for c in chunks if c.chunk_type == "child"]
+    assert [c.ordinal for c in children] == list(range(len(children)))
+    for child in children:
+        parent = parents[child.parent_ordinal]  # type: ignore[index]
+        assert parent.title_path == child.title_path
+        # the child's text lies inside its parent's text (sentences are not rewritten)
+        for sentence in child.content.split("\n\n"):
+            assert sentence.split(". ")[0] in parent.content
+    # no parent exceeds the cap unless a single unit does
+    assert all(count_words(p.content) <= 20 or "```" in p.content for p in parents.values())
+    # every section has at least one parent
+    assert {p.title_path for p in parents.values()} == {c.title_path for c in children}
+
+
+def test_parent_split_when_section_is_long() -> None:
+    body = " ".join(f"Sentence {i} is here." for i in range(50))
+    chunks = chunk_all(body, title="T", size=20, overlap=4, parent_size=60)
+    parents = [c for c in chunks if c.chunk_type == "parent"]
+    assert len(parents) > 1
+    joined = " ".join(p.content for p in parents)
+    assert joined == body  # parents partition the section: nothing lost, nothing repeated
