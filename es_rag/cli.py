@@ -160,19 +160,40 @@ def ingest(
         raise typer.Exit(1)
 
 
+CallerAs = Annotated[
+    list[str] | None, typer.Option("--as", help="the caller's principal, e.g. user:u1")
+]
+Groups = Annotated[list[str] | None, typer.Option("--group", help="a group the caller is in")]
+Roles = Annotated[list[str] | None, typer.Option("--role", help="a role the caller holds")]
+Filters = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--filter",
+        help="metadata filter: FIELD=V, FIELD=V1|V2, FIELD>=V, FIELD<V, FIELD? "
+        "(e.g. metadata.product=hr, page_start>=3, updated_at>=now-30d)",
+    ),
+]
+Strategy = Annotated[str | None, typer.Option(help="auto | bm25 | knn | client-rrf | native-rrf")]
+Rerank = Annotated[
+    bool | None,
+    typer.Option("--rerank/--no-rerank", help="cross-encoder rerank (needs ES_RAG_RERANK_MODEL)"),
+]
+
+
 @app.command()
 def search(
     query: Annotated[str, typer.Argument(help="the question")],
     tenant: Annotated[str, typer.Option(help="the caller's tenant")],
-    as_: Annotated[
-        list[str] | None, typer.Option("--as", help="the caller's principal, e.g. user:u1")
-    ] = None,
-    group: Annotated[list[str] | None, typer.Option(help="a group the caller is in")] = None,
-    role: Annotated[list[str] | None, typer.Option(help="a role the caller holds")] = None,
+    as_: CallerAs = None,
+    group: Groups = None,
+    role: Roles = None,
     k: Annotated[int | None, typer.Option(help="number of hits")] = None,
-    strategy: Annotated[
-        str | None, typer.Option(help="auto | bm25 | knn | client-rrf | native-rrf")
-    ] = None,
+    strategy: Strategy = None,
+    filter_: Filters = None,
+    rerank: Rerank = None,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="table of ranks, RRF shares and rerank scores")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Hybrid search on behalf of a caller; only what the caller may read comes back."""
@@ -183,18 +204,99 @@ def search(
         lambda: make_caller(tenant, users=as_ or [], groups=group or [], roles=role or [])
     )
     searcher = Searcher(_settings())
-    response = _run(lambda: searcher.search(query, caller=caller, k=k, strategy=strategy))
+    response = _run(
+        lambda: searcher.search(
+            query, caller=caller, k=k, strategy=strategy, filters=filter_ or [], rerank=rerank
+        )
+    )
     if as_json:
         typer.echo(json.dumps(response.to_dict(), ensure_ascii=False))
         return
     typer.echo(f"strategy: {response.strategy}" + (f"  ({response.note})" if response.note else ""))
+    if response.reranked is False:
+        typer.echo(f"not reranked: {response.rerank_note}")
+    if explain:
+        typer.echo(_explain_table(response.hits))
     for n, hit in enumerate(response.hits, start=1):
         path = " > ".join(hit.title_path)
         ranks = ", ".join(f"{k}={v}" for k, v in hit.ranks.items() if v is not None)
         typer.echo(f"\n[{n}] {path}  ({hit.doc_id}; score {hit.score:.4f}; {ranks})")
-        typer.echo("    " + " ".join(hit.text.split())[:300])
+        typer.echo(f"    source: {hit.source_uri or hit.doc_id}")
+        snippet = " … ".join(hit.highlights) if hit.highlights else hit.text
+        typer.echo("    " + " ".join(snippet.split())[:300])
     timings = ", ".join(f"{k} {v:.1f} ms" for k, v in response.timings_ms.items())
     typer.echo(f"\n{len(response.hits)} hits; {timings}")
+
+
+def _explain_table(hits: list[Any]) -> str:
+    head = (
+        f"{'#':>3}  {'bm25 rank':>9} {'bm25 score':>10} {'bm25 rrf':>9}  {'knn rank':>8} "
+        f"{'knn score':>9} {'knn rrf':>8}  {'fused':>8} {'rerank':>8}  doc"
+    )
+    lines = [head, "-" * len(head)]
+
+    def fmt(value: Any, width: int, digits: int = 4) -> str:
+        if value is None:
+            return f"{'-':>{width}}"
+        if isinstance(value, float):
+            return f"{value:>{width}.{digits}f}"
+        return f"{value:>{width}}"
+
+    for n, hit in enumerate(hits, start=1):
+        ex = hit.explain
+        b, kn = ex.get("bm25") or {}, ex.get("knn") or {}
+        lines.append(
+            f"{n:>3}  {fmt(b.get('rank'), 9)} {fmt(b.get('score'), 10)} {fmt(b.get('rrf'), 9)}  "
+            f"{fmt(kn.get('rank'), 8)} {fmt(kn.get('score'), 9)} {fmt(kn.get('rrf'), 8)}  "
+            f"{fmt(ex.get('rrf'), 8)} {fmt(ex.get('rerank'), 8)}  {hit.doc_id}"
+        )
+    return "\n".join(lines)
+
+
+@app.command()
+def context(
+    question: Annotated[str, typer.Argument(help="the question")],
+    tenant: Annotated[str, typer.Option(help="the caller's tenant")],
+    as_: CallerAs = None,
+    group: Groups = None,
+    role: Roles = None,
+    strategy: Strategy = None,
+    filter_: Filters = None,
+    rerank: Rerank = None,
+    expand: Annotated[
+        str | None, typer.Option(help="parent | neighbours | none (default: settings)")
+    ] = None,
+    budget: Annotated[int | None, typer.Option(help="evidence token budget")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Prompt-ready evidence with numbered citations, or "no sufficient evidence"."""
+    from es_rag.acl import make_caller
+    from es_rag.query.context import ContextBuilder
+    from es_rag.query.search import Searcher
+
+    if expand not in (None, "parent", "neighbours", "none"):
+        _fail(f"--expand must be parent, neighbours or none, not {expand!r}")
+    caller = _run(
+        lambda: make_caller(tenant, users=as_ or [], groups=group or [], roles=role or [])
+    )
+    builder = ContextBuilder(Searcher(_settings()))
+    result = _run(
+        lambda: builder.build(
+            question,
+            caller=caller,
+            strategy=strategy,
+            filters=filter_ or [],
+            rerank=rerank,
+            expand=expand,  # type: ignore[arg-type]  # checked above
+            budget_tokens=budget,
+        )
+    )
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        return
+    typer.echo(result.prompt)
+    verdict = "sufficient" if result.sufficient else "NOT sufficient"
+    typer.echo(f"evidence: {verdict} ({result.reason})", err=True)
 
 
 @app.command()

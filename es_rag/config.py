@@ -96,6 +96,23 @@ class Settings(BaseSettings):
     knn_weight: float = 1.0
     content_boost: float = 1.0
     title_boost: float = 0.5
+    highlight: bool = Field(default=True, description="highlight query words in hit content")
+    query_cache_size: int = Field(default=1024, description="LRU of query embeddings; 0 = off")
+
+    # --- context (prompt-ready evidence) ------------------------------------------------------
+    context_candidates: int = Field(default=20, description="hits considered for the context")
+    context_expand: Literal["parent", "neighbours", "none"] = "parent"
+    context_neighbours: int = Field(default=1, description="siblings each side (neighbours)")
+    context_budget_tokens: int = Field(default=3000, description="evidence budget, estimated")
+    context_max_per_doc: int = Field(default=3, description="items per document (diversity)")
+    min_knn_score: float | None = Field(
+        default=None,
+        description="below this best dense similarity (the server's _score) evidence is "
+        "insufficient; calibrate per model with scripts/calibrate_evidence.py",
+    )
+    min_rerank_score: float | None = Field(
+        default=None, description="same, on the reranker's score when reranked"
+    )
 
     # --- rerank ---------------------------------------------------------------------------
     rerank_model: str | None = Field(

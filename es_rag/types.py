@@ -93,6 +93,11 @@ class Hit:
     ranks: dict[str, int | None]
     scores: dict[str, float | None] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    highlights: list[str] = field(default_factory=list)
+    explain: dict[str, Any] = field(default_factory=dict)
+    doc_version: str | None = None
+    ordinal: int | None = None
+    parent_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +109,8 @@ class SearchResponse:
     hits: list[Hit]
     timings_ms: dict[str, float]
     note: str | None = None  # e.g. why native RRF was not used
+    reranked: bool | None = None  # None: no rerank asked; False: asked but fused order kept
+    rerank_note: str | None = None  # why not reranked
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -113,6 +120,10 @@ class SearchResponse:
         }
         if self.note:
             out["note"] = self.note
+        if self.reranked is not None:
+            out["reranked"] = self.reranked
+            if self.rerank_note:
+                out["rerank_note"] = self.rerank_note
         return out
 
 

@@ -74,6 +74,14 @@ class ChunkIndex:
         meta = resp.body[indices[-1]]["mappings"].get("_meta") or {}
         return IndexContract.from_meta(meta)
 
+    def mapping_properties(self) -> dict[str, Any]:
+        indices = self.concrete_indices()
+        if not indices:
+            raise IndexContractError(f"no index behind {self.alias!r}")
+        resp = call("read mapping", lambda: self.client.indices.get_mapping(index=indices[-1]))
+        props: dict[str, Any] = resp.body[indices[-1]]["mappings"].get("properties", {})
+        return props
+
     def ensure(self, body: dict[str, Any], contract: IndexContract) -> tuple[str, bool]:
         """Create ``<alias>-<n>`` with the alias if absent; otherwise check the contract.
 

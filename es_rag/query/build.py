@@ -177,3 +177,18 @@ def native_rrf_body(
         "track_total_hits": False,
         "explain": explain,
     }
+
+
+def highlight(query_text: str, *, fragment_size: int = 160, fragments: int = 2) -> dict[str, Any]:
+    """Highlights on ``content`` for the words of the question.
+
+    They come from the same filtered search as the hits, so they can only quote rows the
+    caller may read. ``content`` is standard-analysed, so the raw question is matched there
+    (the BM25 terms are stems and would not highlight).
+    """
+    return {
+        "fields": {"content": {"fragment_size": fragment_size, "number_of_fragments": fragments}},
+        "highlight_query": {"match": {"content": {"query": query_text}}},
+        "pre_tags": ["<em>"],
+        "post_tags": ["</em>"],
+    }

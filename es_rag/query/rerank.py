@@ -238,6 +238,12 @@ class FlagReranker(_LocalModelReranker):
             max_length=self.max_length,
             normalize=False,
         )
+        _check_classifier(self.model, flag.model.config)
+        # Its preparation (which score_batch reuses) tokenizes pairs one by one and then calls
+        # tokenizer.pad, which makes a fast tokenizer log "using the __call__ method is
+        # faster" once per load; the cost is negligible for a rerank window, so mute it.
+        if getattr(flag.tokenizer, "deprecation_warnings", None) is not None:
+            flag.tokenizer.deprecation_warnings["Asking-to-pad-a-fast-tokenizer"] = True
         # compute_score would move (and cast) the model on every call; we do it once.
         if flag.use_fp16:
             flag.model.half()
@@ -282,7 +288,7 @@ class FlagReranker(_LocalModelReranker):
                 max_length=self.max_length,
                 padding=False,
             )
-            for q_ids, p_ids in zip(queries, passages)
+            for q_ids, p_ids in zip(queries, passages, strict=True)
         ]
         inputs = pad_with_compat(tokenizer, items, padding=True, return_tensors="pt").to(
             self._device_resolved
@@ -329,8 +335,10 @@ class CrossEncoderReranker(_LocalModelReranker):
             max_length=self.max_length,
             activation_fn=torch.nn.Identity(),
         )
-        if ce.num_labels != 1:
-            # With several labels predict() returns a vector per pair: not a relevance score.
+        config = getattr(ce, "config", None)  # the transformers config (sentence-transformers 5)
+        if config is not None:
+            _check_classifier(self.model, config)
+        elif ce.num_labels != 1:
             raise ConfigurationError(
                 f"{self.model!r} has {ce.num_labels} output labels; a reranker needs exactly 1"
             )
@@ -380,13 +388,38 @@ def build_reranker(settings: Settings) -> Reranker | None:
     raise ConfigurationError(f"unknown rerank backend {backend!r}")
 
 
+def _check_classifier(model: str, config: Any) -> None:
+    """Refuse folders that are not single-score cross-encoders, before they score nonsense.
+
+    Both libraries load ANY encoder folder (a bi-encoder such as all-MiniLM-L6-v2 included)
+    as a sequence classifier with a freshly, randomly initialised head and only log a
+    warning; CrossEncoder even sizes that head to 1 label, so its scores look plausible.
+    """
+    architectures = list(getattr(config, "architectures", None) or [])
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise ConfigurationError(
+            f"{model!r} is not a cross-encoder: its architectures are {architectures}, with no"
+            " sequence-classification head (the library would score with a random one)"
+        )
+    labels = getattr(config, "num_labels", 1)
+    if labels != 1:
+        # The logits would be (batch, labels): compute_score flattens them into a list
+        # `labels` times too long, predict() returns a vector per pair.
+        raise ConfigurationError(
+            f"{model!r} has {labels} output labels; a reranker needs exactly 1"
+        )
+
+
 def _check_local_path(model: str) -> None:
     """A model given as a path that is not there: say so, instead of a hub lookup's error.
 
     Hub ids look like relative paths ("BAAI/bge-reranker-v2-m3"), so only names that can
     only be paths (absolute, ~, ./ or ../) are checked here.
     """
-    if not model.startswith(("/", "~", "./", "../", ".\\", "..\\")) and not Path(model).is_absolute():
+    if (
+        not model.startswith(("/", "~", "./", "../", ".\\", "..\\"))
+        and not Path(model).is_absolute()
+    ):
         return
     path = Path(model).expanduser()
     if not path.exists():

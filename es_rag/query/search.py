@@ -9,7 +9,9 @@ else client-side RRF, and the response says which one ran and why.
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,7 +32,10 @@ from es_rag.errors import (
     StrategyUnavailableError,
 )
 from es_rag.query import build
-from es_rag.query.fusion import rrf
+from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clauses
+from es_rag.query.fusion import rrf, rrf_contribution
+from es_rag.query.guard import check_body, check_msearch
+from es_rag.query.rerank import Reranker, build_reranker
 from es_rag.types import Caller, Hit, SearchResponse
 
 STRATEGIES = ("auto", "bm25", "knn", "client-rrf", "native-rrf")
@@ -54,6 +59,9 @@ class Searcher:
         self._analyzer = analyzer
         self._cluster: ClusterInfo | None = None
         self._contract: IndexContract | None = None
+        self._field_types: dict[str, str] | None = None
+        self._reranker: Reranker | None = None
+        self._qcache: OrderedDict[str, list[float]] = OrderedDict()
 
     @property
     def client(self) -> Elasticsearch:
@@ -129,54 +137,70 @@ class Searcher:
         principals: Iterable[str] = (),
         caller: Caller | None = None,
         k: int | None = None,
-        filters: Sequence[dict[str, Any]] = (),
+        filters: Sequence[FieldFilter | str] = (),
         strategy: str | None = None,
+        rerank: bool | None = None,
     ) -> SearchResponse:
+        """Search on behalf of ``caller``; only rows the caller may read are ever scored.
+
+        ``filters`` are metadata filters (``FieldFilter`` or CLI syntax such as
+        ``"metadata.product=hr"``); they go inside every retriever, like the ACL.
+        ``rerank`` (default: on when a reranker is configured) reorders the top
+        ``rerank_window`` candidates; a failing or slow reranker leaves the fused order.
+        """
         if caller is None:
             if tenant is None:
                 raise ConfigurationError("search needs a tenant (or a Caller)")
             caller = make_caller(tenant, users=principals)
-        k = k or self.settings.k
+        s = self.settings
+        k = k or s.k
         if k < 1:
             raise ConfigurationError("k must be >= 1")
+        do_rerank = self._wants_rerank(rerank)
         name, note = self.resolve_strategy(strategy)
         self.contract()  # probed and checked once per Searcher, outside the timings
         if name != "bm25":
             self._check_vectors()
+        clauses = self._filter_clauses(filters)
         started = time.perf_counter()
         timings: dict[str, float] = {}
         acl = acl_filter(caller)
-        s = self.settings
-        window = max(s.rank_window_size, k)
+        depth = max(k, s.rerank_window) if do_rerank else k
+        window = max(s.rank_window_size, depth)
         terms = self.analyzer.analyze(query) if name != "knn" else ""
         vector: list[float] = []
         if name != "bm25":
             t0 = time.perf_counter()
-            vector = self.embedder.embed_query(query)
+            vector = self._query_vector(query)
             timings["embed"] = _ms(t0)
+        highlight = build.highlight(query) if s.highlight else None
 
         t0 = time.perf_counter()
         if name == "bm25":
             body = build.bm25_body(
                 terms,
                 acl=acl,
-                size=k,
-                filters=filters,
+                size=depth,
+                filters=clauses,
                 content_boost=s.content_boost,
                 title_boost=s.title_boost,
             )
-            hits = self._single(self._search(body), "bm25")
+            hits = self._single(self._search(body, acl, highlight), "bm25")
         elif name == "knn":
             body = build.knn_body(
-                vector, acl=acl, size=k, num_candidates=max(s.num_candidates, k), filters=filters
+                vector,
+                acl=acl,
+                size=depth,
+                num_candidates=max(s.num_candidates, depth),
+                filters=clauses,
             )
-            hits = self._single(self._search(body), "knn")
+            hits = self._single(self._search(body, acl, highlight), "knn")
         elif name == "client-rrf":
             bm25 = build.bm25_body(
                 terms,
                 acl=acl,
                 size=window,
-                filters=filters,
+                filters=clauses,
                 content_boost=s.content_boost,
                 title_boost=s.title_boost,
             )
@@ -185,39 +209,181 @@ class Searcher:
                 acl=acl,
                 size=window,
                 num_candidates=max(s.num_candidates, window),
-                filters=filters,
+                filters=clauses,
             )
-            responses = self._msearch(build.msearch_pair(s.index, bm25, knn))
+            if highlight:
+                bm25["highlight"] = knn["highlight"] = highlight
+            responses = self._msearch(build.msearch_pair(s.index, bm25, knn), acl)
             timings["search"] = _ms(t0)
             t0 = time.perf_counter()
-            hits = self._client_fuse(responses, k=k, window=window)
+            hits = self._client_fuse(responses, window=window)[:depth]
             timings["fuse"] = _ms(t0)
         else:
             body = build.native_rrf_body(
                 terms,
                 vector,
                 acl=acl,
-                size=k,
+                size=depth,
                 rank_window_size=window,
                 rank_constant=s.rank_constant,
                 num_candidates=max(s.num_candidates, window),
-                filters=filters,
+                filters=clauses,
                 bm25_weight=s.bm25_weight,
                 knn_weight=s.knn_weight,
                 content_boost=s.content_boost,
                 title_boost=s.title_boost,
             )
-            hits = self._native(self._search(body))
+            hits = self._native(self._search(body, acl, highlight))
         timings.setdefault("search", _ms(t0))
+
+        reranked, rerank_note = False, None
+        if do_rerank:
+            t0 = time.perf_counter()
+            hits, reranked, rerank_note = self._rerank(query, hits)
+            timings["rerank"] = _ms(t0)
+            k = s.rerank_k or k
         timings["total"] = _ms(started)
-        return SearchResponse(strategy=name, hits=hits[:k], timings_ms=timings, note=note)
+        return SearchResponse(
+            strategy=name,
+            hits=hits[:k],
+            timings_ms=timings,
+            note=note,
+            reranked=reranked if do_rerank else None,
+            rerank_note=rerank_note,
+        )
+
+    # --- stages --------------------------------------------------------------------------
+    def _query_vector(self, query: str) -> list[float]:
+        """Query embeddings, LRU-cached: repeated questions skip the model."""
+        size = self.settings.query_cache_size
+        cached = self._qcache.get(query)
+        if cached is not None:
+            self._qcache.move_to_end(query)
+            return cached
+        vector = self.embedder.embed_query(query)
+        if size > 0:
+            self._qcache[query] = vector
+            while len(self._qcache) > size:
+                self._qcache.popitem(last=False)
+        return vector
+
+    def _filter_clauses(self, filters: Sequence[FieldFilter | str]) -> list[dict[str, Any]]:
+        if not filters:
+            return []
+        parsed = [parse_filter(f) if isinstance(f, str) else f for f in filters]
+        if self._field_types is None:
+            index = ChunkIndex(self.client, self.settings.index)
+            self._field_types = field_types(index.mapping_properties())
+        return to_clauses(parsed, self._field_types)
+
+    def _wants_rerank(self, requested: bool | None) -> bool:
+        if requested is False:
+            return False
+        if self.reranker is None:
+            if requested:
+                raise ConfigurationError(
+                    "rerank requested but no reranker is configured (set ES_RAG_RERANK_MODEL)"
+                )
+            return False
+        return True
+
+    @property
+    def reranker(self) -> Reranker | None:
+        if self._reranker is None and self.settings.rerank_model:
+            self._reranker = build_reranker(self.settings)
+        return self._reranker
+
+    def _rerank(self, query: str, hits: list[Hit]) -> tuple[list[Hit], bool, str | None]:
+        """Reorder the top window by the cross-encoder; never fail the query because of it."""
+        reranker = self.reranker
+        window = hits[: self.settings.rerank_window]
+        if reranker is None or not window:
+            return hits, False, "nothing to rerank" if reranker else "no reranker"
+        texts = [
+            f"{' > '.join(h.title_path)}\n{h.text}" if h.title_path else h.text for h in window
+        ]
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["scores"] = reranker.score(query, texts)
+            except Exception as exc:  # any failure degrades to the fused order
+                box["error"] = exc
+
+        thread = threading.Thread(target=work, name="es-rag-rerank", daemon=True)
+        thread.start()
+        thread.join(self.settings.rerank_timeout)
+        if thread.is_alive():
+            return hits, False, f"rerank exceeded its {self.settings.rerank_timeout:g} s budget"
+        if "error" in box:
+            exc = box["error"]
+            return hits, False, f"rerank failed: {type(exc).__name__}: {exc}"
+        scores: list[float] = box["scores"]
+        for hit, value in zip(window, scores, strict=True):
+            hit.scores["rerank"] = float(value)
+            hit.explain["rerank"] = float(value)
+        order = sorted(range(len(window)), key=lambda i: (-scores[i], i))
+        reordered = [window[i] for i in order]
+        for hit in reordered:
+            hit.score = float(hit.scores["rerank"] or 0.0)
+        return reordered + hits[len(window) :], True, None
+
+    # --- context fetches ------------------------------------------------------------------
+    def fetch_rows(
+        self,
+        caller: Caller,
+        *,
+        ids: Sequence[str] = (),
+        neighbours: Sequence[tuple[str, str, int, int]] = (),
+    ) -> list[dict[str, Any]]:
+        """Rows by id, or children by (doc_id, doc_version, first, last ordinal).
+
+        Always under the caller's ACL: context expansion can never reach a row the search
+        itself could not have returned (a parent or neighbour of a readable chunk carries the
+        same ACL, but a stale id or a changed ACL must not leak).
+        """
+        acl = acl_filter(caller)
+        should: list[dict[str, Any]] = []
+        if ids:
+            should.append({"ids": {"values": list(ids)}})
+        for doc_id, version, first, last in neighbours:
+            should.append(
+                {
+                    "bool": {
+                        "filter": [
+                            {"term": {"doc_id": doc_id}},
+                            {"term": {"doc_version": version}},
+                            {"term": {"chunk_type": "child"}},
+                            {"range": {"ordinal": {"gte": first, "lte": last}}},
+                        ]
+                    }
+                }
+            )
+        if not should:
+            return []
+        body = {
+            "query": {
+                "bool": {"filter": [acl, {"bool": {"should": should, "minimum_should_match": 1}}]}
+            },
+            "size": 1000,
+            "_source": {"excludes": build.SOURCE_EXCLUDES},
+            "sort": [{"doc_id": "asc"}, {"ordinal": "asc"}],
+        }
+        resp = self._search(body, acl, None)
+        return [{"_id": h["_id"], **h["_source"]} for h in resp["hits"]["hits"]]
 
     # --- execution -----------------------------------------------------------------------
-    def _search(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _search(
+        self, body: dict[str, Any], acl: dict[str, Any], highlight: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        if highlight:
+            body["highlight"] = highlight
+        check_body(body, acl)
         resp = call("search", lambda: self.client.search(index=self.settings.index, body=body))
         return dict(resp.body)
 
-    def _msearch(self, searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _msearch(self, searches: list[dict[str, Any]], acl: dict[str, Any]) -> list[dict[str, Any]]:
+        check_msearch(searches, acl)
         resp = call("msearch", lambda: self.client.msearch(searches=searches))
         out = []
         for item in resp.body["responses"]:
@@ -234,10 +400,12 @@ class Searcher:
             ranks: dict[str, int | None] = {"bm25": None, "knn": None}
             ranks[retriever] = rank
             score = float(raw.get("_score") or 0.0)
-            hits.append(_hit(raw, score=score, ranks=ranks, scores={retriever: score}))
+            hit = _hit(raw, score=score, ranks=ranks, scores={retriever: score})
+            hit.explain = {retriever: {"rank": rank, "score": score}}
+            hits.append(hit)
         return hits
 
-    def _client_fuse(self, responses: list[dict[str, Any]], *, k: int, window: int) -> list[Hit]:
+    def _client_fuse(self, responses: list[dict[str, Any]], *, window: int) -> list[Hit]:
         s = self.settings
         by_id: dict[str, dict[str, Any]] = {}
         raw_scores: dict[str, dict[str, float]] = {}
@@ -246,6 +414,8 @@ class Searcher:
             ids = []
             for raw in resp["hits"]["hits"]:
                 by_id.setdefault(raw["_id"], raw)
+                if "highlight" in raw:
+                    by_id[raw["_id"]].setdefault("highlight", raw["highlight"])
                 raw_scores.setdefault(raw["_id"], {})[name] = float(raw.get("_score") or 0.0)
                 ids.append(raw["_id"])
             rankings[name] = ids
@@ -256,22 +426,48 @@ class Searcher:
             weights={"bm25": s.bm25_weight, "knn": s.knn_weight},
         )
         hits = []
-        for f in fused[:k]:
+        for f in fused:
             scores: dict[str, float | None] = {
                 "bm25": raw_scores[f.doc_id].get("bm25"),
                 "knn": raw_scores[f.doc_id].get("knn"),
                 "rrf": f.score,
             }
-            hits.append(_hit(by_id[f.doc_id], score=f.score, ranks=dict(f.ranks), scores=scores))
+            hit = _hit(by_id[f.doc_id], score=f.score, ranks=dict(f.ranks), scores=scores)
+            hit.explain = _explain(f.ranks, scores, f.contributions, f.score)
+            hits.append(hit)
         return hits
 
     def _native(self, resp: Mapping[str, Any]) -> list[Hit]:
+        s = self.settings
+        weights = {"bm25": s.bm25_weight, "knn": s.knn_weight}
         hits = []
         for raw in resp["hits"]["hits"]:
             ranks = _native_ranks(raw.get("_explanation"))
             score = float(raw.get("_score") or 0.0)
-            hits.append(_hit(raw, score=score, ranks=ranks, scores={"rrf": score}))
+            contributions = {
+                name: rrf_contribution(rank, rank_constant=s.rank_constant, weight=weights[name])
+                for name, rank in ranks.items()
+                if rank is not None
+            }
+            hit = _hit(raw, score=score, ranks=ranks, scores={"rrf": score})
+            hit.explain = _explain(ranks, {}, contributions, score)
+            hits.append(hit)
         return hits
+
+
+def _explain(
+    ranks: Mapping[str, int | None],
+    scores: Mapping[str, float | None],
+    contributions: Mapping[str, float],
+    fused: float,
+) -> dict[str, Any]:
+    """Why a hit is where it is: each retriever's rank, raw score and RRF share."""
+    out: dict[str, Any] = {
+        name: {"rank": rank, "score": scores.get(name), "rrf": contributions.get(name)}
+        for name, rank in ranks.items()
+    }
+    out["rrf"] = fused
+    return out
 
 
 def _native_ranks(explanation: Mapping[str, Any] | None) -> dict[str, int | None]:
@@ -310,6 +506,10 @@ def _hit(
         ranks=ranks,
         scores=scores,
         metadata=dict(src.get("metadata") or {}),
+        highlights=list((raw.get("highlight") or {}).get("content") or []),
+        doc_version=src.get("doc_version"),
+        ordinal=src.get("ordinal"),
+        parent_id=src.get("parent_id"),
     )
 
 

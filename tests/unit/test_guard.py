@@ -90,7 +90,7 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_broken_bodies_are_refused(case: str) -> None:
-    with pytest.raises(AclGuardError, match="ACL|retriever|every row"):
+    with pytest.raises(AclGuardError, match=r"ACL|retriever|every row"):
         check_body(BROKEN[case], ACL)
 
 
