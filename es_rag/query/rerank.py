@@ -97,6 +97,9 @@ class Reranker(ABC):
         if not items:
             return []
 
+        # Loading (seconds for a 2 GB model) is not charged to this call's budget; a server
+        # calls load() at start-up so that the first query does not pay for it either.
+        self.load()
         started = time.monotonic()
         scores: list[float] = []
         for start in range(0, len(items), self.batch_size):
@@ -120,6 +123,10 @@ class Reranker(ABC):
                 ) from exc
             scores.extend(self._check_batch(raw, len(batch), start))
         return scores
+
+    def load(self) -> None:
+        """Load the model now instead of on the first score(); raises RerankError."""
+        return  # nothing to load for a backend without a local model
 
     @property
     def name(self) -> str:
@@ -180,6 +187,9 @@ class _LocalModelReranker(Reranker):
                             f"{type(exc).__name__}: {exc}"
                         ) from exc
         return self._loaded
+
+    def load(self) -> None:
+        self._get_model()
 
     def _resolve_device(self) -> str:
         from es_rag.embedding import _auto_device

@@ -52,6 +52,7 @@ class Searcher:
         client: Elasticsearch | None = None,
         embedder: Embedder | None = None,
         analyzer: TextAnalyzer | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self.settings = settings
         self._client = client
@@ -60,7 +61,7 @@ class Searcher:
         self._cluster: ClusterInfo | None = None
         self._contract: IndexContract | None = None
         self._field_types: dict[str, str] | None = None
-        self._reranker: Reranker | None = None
+        self._reranker: Reranker | None = reranker
         self._qcache: OrderedDict[str, list[float]] = OrderedDict()
 
     @property

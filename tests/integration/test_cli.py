@@ -172,3 +172,46 @@ def test_dead_server_is_one_line_error(cli_env: dict[str, str]) -> None:
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unreachable" in lines[0], proc.stderr
+
+
+def test_context_json_contract(cli_env: dict[str, str]) -> None:
+    proc = es_rag(
+        cli_env,
+        "context",
+        "how many days of annual leave",
+        "--tenant",
+        "acme",
+        "--group",
+        "staff",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {"sufficient", "evidence", "prompt", "reason"} <= set(out)
+    assert out["sufficient"] is True
+    first = out["evidence"][0]
+    assert {"n", "doc_id", "source_uri", "title_path", "pages", "text", "score"} <= set(first)
+    assert first["n"] == 1 and "twenty-eight days" in first["text"]
+    assert "[1]" in out["prompt"]
+
+
+def test_search_explain_and_filters(cli_env: dict[str, str]) -> None:
+    proc = es_rag(
+        cli_env,
+        "search",
+        "annual leave",
+        "--tenant",
+        "acme",
+        "--group",
+        "staff",
+        "--explain",
+        "--filter",
+        "mime_type=text/markdown",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "bm25 rank" in proc.stdout and "handbook.md" in proc.stdout
+    assert "notes.txt" not in proc.stdout  # filtered out (text/plain)
+    bad = es_rag(cli_env, "search", "x", "--tenant", "acme", "--filter", "content=leave")
+    assert bad.returncode != 0
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "FilterError" in lines[0]

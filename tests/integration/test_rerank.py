@@ -42,32 +42,6 @@ TOL = 1e-4
 
 
 @pytest.fixture(scope="session")
-def tiny_reranker_path(minilm_path: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A tiny, seeded BERT cross-encoder with a real WordPiece tokenizer, saved to disk."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        num_labels=1,
-        # The default 0.02 gives every pair a score within ~1e-4 of every other, so order
-        # and agreement checks would pass by accident; 0.5 spreads the logits over ~±4.
-        initializer_range=0.5,
-    )
-    torch.manual_seed(1234)
-    model = BertForSequenceClassification(config).eval()
-    folder = tmp_path_factory.mktemp("tiny-reranker")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
-@pytest.fixture(scope="session")
 def reference_scores(tiny_reranker_path: str) -> list[float]:
     """Logits of a plain transformers forward pass, one unpadded pair at a time."""
     import torch
@@ -199,6 +173,8 @@ def test_missing_model_folder_is_a_clear_rerank_error(
     with pytest.raises(RerankError, match="does not exist") as info:
         reranker.score(QUERY, ["a passage"])
     assert missing_folder in str(info.value)
+    with pytest.raises(RerankError, match="does not exist"):
+        reranker.load()
 
 
 @pytest.mark.parametrize("cls", [FlagReranker, CrossEncoderReranker])
@@ -311,7 +287,8 @@ def test_fifty_candidates_time(
 ) -> None:
     reranker = cls(model=tiny_reranker_path, device="cpu")  # batch_size 16: 4 batches
     candidates = [PASSAGES[i % len(PASSAGES)] + f" #{i}" for i in range(50)]
-    reranker.score(QUERY, candidates[:2])  # load outside the measurement
+    reranker.load()  # outside the measurement
+    assert reranker._loaded is not None
     start = time.perf_counter()
     scores = reranker.score(QUERY, candidates)
     elapsed = time.perf_counter() - start
@@ -348,7 +325,7 @@ def test_a_bi_encoder_folder_is_refused_at_load(
 ) -> None:
     # MiniLM is a plain BertModel: both libraries would load it with a random head, and
     # CrossEncoder would make that head 1-label, giving plausible-looking random scores.
-    with pytest.raises(RerankError, match="not a cross-encoder.*BertModel"):
+    with pytest.raises(RerankError, match=r"not a cross-encoder.*BertModel"):
         cls(model=minilm_path, device="cpu").score(QUERY, ["a passage"])
 
 
