@@ -103,7 +103,12 @@ class Settings(BaseSettings):
     context_candidates: int = Field(default=20, description="hits considered for the context")
     context_expand: Literal["parent", "neighbours", "none"] = "parent"
     context_neighbours: int = Field(default=1, description="siblings each side (neighbours)")
-    context_budget_tokens: int = Field(default=3000, description="evidence budget, estimated")
+    context_budget_tokens: int = Field(default=3000, description="evidence budget in tokens")
+    context_tokenizer: str | None = Field(
+        default=None,
+        description="tokenizer (name or path) that counts the budget; default: the local "
+        "embedding model's, else a word-based estimate",
+    )
     context_max_per_doc: int = Field(default=3, description="items per document (diversity)")
     min_knn_score: float | None = Field(
         default=None,

@@ -81,6 +81,11 @@ def default_model() -> str:
     return model
 
 
+def model_label(model: str) -> str:
+    """A readable name for a model folder (the package folder is often just "model")."""
+    return "/".join(Path(model).parts[-2:]) if os.path.isdir(model) else model
+
+
 def cranfield_documents(docs: Sequence[tuple[str, str, str]]) -> list[Document]:
     """As bench_foundation: records 471 and 995 have neither title nor text and are skipped."""
     acl = make_acl("bench", public=True)
@@ -274,7 +279,7 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
             "cpus": os.cpu_count(),
             "es_url": es_url,
             "es_version": cluster.version,
-            "model": Path(model).name if os.path.isdir(model) else model,
+            "model": model_label(model),
             "embedding_version": embedder.embedding_version,
             "similarity": settings.similarity,
             "vector_index_type": settings.vector_index_type,

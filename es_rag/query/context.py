@@ -14,15 +14,19 @@ and say nothing about absolute relevance, which is why they are not used for thi
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from es_rag.chunking import count_words
+from es_rag.config import Settings
 from es_rag.query.filters import FieldFilter
 from es_rag.query.search import Searcher
 from es_rag.types import Caller, Hit, SearchResponse
+
+log = logging.getLogger(__name__)
 
 Expansion = Literal["parent", "neighbours", "none"]
 
@@ -72,6 +76,31 @@ def estimate_tokens(text: str) -> int:
     return max(1, round(count_words(text) * 4 / 3))
 
 
+def token_counter(settings: Settings) -> Callable[[str], int]:
+    """Count with ``context_tokenizer``, else the local embedding model's tokenizer.
+
+    A remote embedder (``openai`` backend) has no local tokenizer; then, or when the
+    tokenizer cannot be loaded (no hub access), the word-based estimate is used.
+    """
+    name = settings.context_tokenizer
+    if name is None and settings.embedding_backend != "openai":
+        name = settings.embedding_model
+    if not name:
+        return estimate_tokens
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except Exception as exc:  # any failure: fall back to the estimate, say so once
+        log.warning("context budget: cannot load tokenizer %r (%s); estimating tokens", name, exc)
+        return estimate_tokens
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return count
+
+
 def build_prompt(question: str, evidence: Sequence[Evidence]) -> str:
     parts = [PROMPT_RULES, "", f"Question: {question}", "", "Sources:"]
     for item in evidence:
@@ -86,9 +115,18 @@ def build_prompt(question: str, evidence: Sequence[Evidence]) -> str:
 class ContextBuilder:
     """Turns a question into evidence and a prompt for one caller."""
 
-    def __init__(self, searcher: Searcher) -> None:
+    def __init__(
+        self, searcher: Searcher, *, count_tokens: Callable[[str], int] | None = None
+    ) -> None:
         self.searcher = searcher
         self.settings = searcher.settings
+        self._count_tokens = count_tokens
+
+    @property
+    def count_tokens(self) -> Callable[[str], int]:
+        if self._count_tokens is None:
+            self._count_tokens = token_counter(self.settings)
+        return self._count_tokens
 
     def build(
         self,
@@ -231,10 +269,10 @@ class ContextBuilder:
                 for c in contained:
                     chosen.remove(c)
                     per[c.doc_id] -= 1
-                    used -= estimate_tokens(c.text)
+                    used -= self.count_tokens(c.text)
             if per.get(item.doc_id, 0) >= per_doc:
                 continue
-            cost = estimate_tokens(item.text)
+            cost = self.count_tokens(item.text)
             if used + cost > budget:
                 continue
             chosen.append(item)

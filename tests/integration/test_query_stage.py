@@ -13,7 +13,7 @@ from es_rag.acl import make_acl, make_caller
 from es_rag.config import Settings
 from es_rag.errors import AclGuardError, FilterError
 from es_rag.pipeline import Ingestor
-from es_rag.query.context import ContextBuilder, estimate_tokens
+from es_rag.query.context import ContextBuilder
 from es_rag.query.rerank import Reranker
 from es_rag.query.search import Searcher
 from es_rag.types import Document
@@ -301,7 +301,17 @@ def test_cap_per_document_and_budget(s: Searcher) -> None:
         budget_tokens=60,
         strategy="client-rrf",
     )
-    assert small.evidence and sum(estimate_tokens(e.text) for e in small.evidence) <= 60
+    # the budget is counted with the embedding model's own tokenizer (MiniLM's here)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(s.settings.embedding_model)
+    used = sum(len(tok.encode(e.text, add_special_tokens=False)) for e in small.evidence)
+    assert small.evidence and used <= 60
+    full = b.build(
+        "leave passwords laptops expenses", caller=CALLER, expand="none", strategy="client-rrf"
+    )
+    full_used = sum(len(tok.encode(e.text, add_special_tokens=False)) for e in full.evidence)
+    assert full_used > 60 and len(small.evidence) < len(full.evidence)  # the budget bit
     assert small.evidence[0].score == max(e.score for e in small.evidence)
 
 
