@@ -5,7 +5,8 @@
 #      unless ES_RAG_ES_URL / ES_RAG_REDIS_URL point at ones you already run
 #   3. create the index, ingest scripts/sample-docs (public to tenant "demo", one folder
 #      restricted to group:finance)
-#   4. answer sample questions with citations, as two different callers
+#   4. answer sample questions with citations, as two different callers, and build a
+#      prompt-ready evidence block for one of them
 #
 # Embeddings: bge-m3 is the production default, but it needs a model download; unless
 # ES_RAG_EMBEDDING_MODEL is set, the quickstart uses all-MiniLM-L6-v2 from the
@@ -40,6 +41,8 @@ say es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" 
 es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:alice
 say es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:bob --group finance
 es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:bob --group finance
+say es-rag context "how long does a refund take?" --tenant demo --as user:alice
+es-rag context "how long does a refund take?" --tenant demo --as user:alice
 
 cat <<MSG
 
