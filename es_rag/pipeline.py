@@ -23,8 +23,7 @@ from elasticsearch import Elasticsearch
 from es_rag.analysis import TextAnalyzer, detect_language
 from es_rag.chunking import CHUNKER_VERSION, chunk_text, guess_title
 from es_rag.config import Settings
-from es_rag.embedding import Embedder, build_embedder
-from es_rag.engine.client import make_client
+from es_rag.embedding import Embedder
 from es_rag.engine.index import ChunkIndex, bulk_error
 from es_rag.engine.mapping import IndexContract, build_index_body
 from es_rag.errors import (
@@ -34,6 +33,7 @@ from es_rag.errors import (
     InputError,
     UnsupportedFormatError,
 )
+from es_rag.parts import Parts
 from es_rag.types import AccessControl, Chunk, Document, IngestResult, IngestStatus
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def embedding_text(chunk: Chunk) -> str:
     return f"{chunk.context_header}\n{chunk.content}" if chunk.context_header else chunk.content
 
 
-class Ingestor:
+class Ingestor(Parts):
     """Writes documents into the chunk index. Construction does no I/O; parts load lazily."""
 
     def __init__(
@@ -75,31 +75,10 @@ class Ingestor:
         embedder: Embedder | None = None,
         analyzer: TextAnalyzer | None = None,
     ) -> None:
-        self.settings = settings
-        self._client = client
-        self._embedder = embedder
-        self._analyzer = analyzer
+        super().__init__(settings, client=client, embedder=embedder, analyzer=analyzer)
         self._index: ChunkIndex | None = None
         self._ready = False
         self._dims = 0
-
-    @property
-    def client(self) -> Elasticsearch:
-        if self._client is None:
-            self._client = make_client(self.settings)
-        return self._client
-
-    @property
-    def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = build_embedder(self.settings)
-        return self._embedder
-
-    @property
-    def analyzer(self) -> TextAnalyzer:
-        if self._analyzer is None:
-            self._analyzer = TextAnalyzer(self.settings.analyzer_language)
-        return self._analyzer
 
     @property
     def index(self) -> ChunkIndex:

@@ -37,18 +37,6 @@ class AccessControl:
 
 
 @dataclass(frozen=True)
-class Element:
-    """One structural piece of a parsed document."""
-
-    kind: str  # "title", "heading", "text", "list_item", "table", "code", ...
-    text: str
-    level: int | None = None  # heading level, 1 = top
-    page: int | None = None
-    html: str | None = None  # tables
-    coordinates: tuple[tuple[float, float], ...] | None = None
-
-
-@dataclass(frozen=True)
 class Chunk:
     """A unit of retrieval, before it gets its vector and access fields."""
 

@@ -20,8 +20,8 @@ from elasticsearch import Elasticsearch
 from es_rag.acl import acl_filter, make_caller
 from es_rag.analysis import TextAnalyzer
 from es_rag.config import Settings
-from es_rag.embedding import Embedder, build_embedder
-from es_rag.engine.client import ClusterInfo, call, make_client, probe_cluster
+from es_rag.embedding import Embedder
+from es_rag.engine.client import ClusterInfo, call, probe_cluster
 from es_rag.engine.index import ChunkIndex
 from es_rag.engine.mapping import IndexContract
 from es_rag.errors import (
@@ -31,6 +31,7 @@ from es_rag.errors import (
     IndexContractError,
     StrategyUnavailableError,
 )
+from es_rag.parts import Parts
 from es_rag.query import build
 from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clauses
 from es_rag.query.fusion import rrf, rrf_contribution
@@ -42,7 +43,7 @@ STRATEGIES = ("auto", "bm25", "knn", "client-rrf", "native-rrf")
 _RRF_RANKS = re.compile(r"computed for initial ranks \[([0-9, ]*)\]")
 
 
-class Searcher:
+class Searcher(Parts):
     """Answers queries on behalf of a caller. Construction does no I/O."""
 
     def __init__(
@@ -54,33 +55,12 @@ class Searcher:
         analyzer: TextAnalyzer | None = None,
         reranker: Reranker | None = None,
     ) -> None:
-        self.settings = settings
-        self._client = client
-        self._embedder = embedder
-        self._analyzer = analyzer
+        super().__init__(settings, client=client, embedder=embedder, analyzer=analyzer)
         self._cluster: ClusterInfo | None = None
         self._contract: IndexContract | None = None
         self._field_types: dict[str, str] | None = None
         self._reranker: Reranker | None = reranker
         self._qcache: OrderedDict[str, list[float]] = OrderedDict()
-
-    @property
-    def client(self) -> Elasticsearch:
-        if self._client is None:
-            self._client = make_client(self.settings)
-        return self._client
-
-    @property
-    def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = build_embedder(self.settings)
-        return self._embedder
-
-    @property
-    def analyzer(self) -> TextAnalyzer:
-        if self._analyzer is None:
-            self._analyzer = TextAnalyzer(self.settings.analyzer_language)
-        return self._analyzer
 
     def cluster(self) -> ClusterInfo:
         if self._cluster is None:
