@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     query_cache_size: int = Field(default=1024, description="LRU of query embeddings; 0 = off")
 
     # --- context (prompt-ready evidence) ------------------------------------------------------
-    context_candidates: int = Field(default=20, description="hits considered for the context")
+    context_candidates: int = Field(default=10, description="hits considered for the context")
     context_expand: Literal["parent", "neighbours", "none"] = "parent"
     context_neighbours: int = Field(default=1, description="siblings each side (neighbours)")
     context_budget_tokens: int = Field(default=3000, description="evidence budget in tokens")

@@ -261,7 +261,16 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
         )
     threshold = choose_threshold(pos, neg)
     chosen = rates(pos, neg, threshold)
-    recommended = round(threshold, 3)
+    # Fewest decimals that classify every observed query exactly as the chosen cut does.
+    recommended = next(
+        (
+            r
+            for r in (round(threshold, d) for d in (3, 4, 5))
+            if {k: v for k, v in rates(pos, neg, r).items() if k != "threshold"}
+            == {k: v for k, v in chosen.items() if k != "threshold"}
+        ),
+        threshold,
+    )
 
     # The same threshold through the library's own judge, on the same responses.
     judge = ContextBuilder(

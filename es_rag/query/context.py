@@ -176,7 +176,8 @@ class ContextBuilder:
         s = self.settings
         if not response.hits:
             return False, "no readable document matches the question", {}
-        best_knn = max((h.scores.get("knn") or 0.0 for h in response.hits), default=0.0)
+        knn_scores = [v for h in response.hits if (v := h.scores.get("knn")) is not None]
+        best_knn = max(knn_scores, default=0.0)
         best_rerank = (
             max((h.scores.get("rerank") or float("-inf") for h in response.hits), default=None)
             if response.reranked
@@ -191,7 +192,9 @@ class ContextBuilder:
                     signals,
                 )
             return True, f"best rerank score {best_rerank:.3f} >= {s.min_rerank_score:g}", signals
-        if response.strategy != "bm25" and s.min_knn_score is not None:
+        if s.min_knn_score is not None and not knn_scores:
+            return True, "no dense similarity in these hits; the threshold was not applied", signals
+        if s.min_knn_score is not None:
             if best_knn < s.min_knn_score:
                 return (
                     False,

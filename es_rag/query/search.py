@@ -41,6 +41,7 @@ from es_rag.types import Caller, Hit, SearchResponse
 
 STRATEGIES = ("auto", "bm25", "knn", "client-rrf", "native-rrf")
 _RRF_RANKS = re.compile(r"computed for initial ranks \[([0-9, ]*)\]")
+_QUERY_INDEX = re.compile(r"in query at index \[(\d+)\]")
 
 
 class Searcher(Parts):
@@ -423,15 +424,16 @@ class Searcher(Parts):
         weights = {"bm25": s.bm25_weight, "knn": s.knn_weight}
         hits = []
         for raw in resp["hits"]["hits"]:
-            ranks = _native_ranks(raw.get("_explanation"))
+            ranks, retriever_scores = _native_ranks(raw.get("_explanation"))
             score = float(raw.get("_score") or 0.0)
             contributions = {
                 name: rrf_contribution(rank, rank_constant=s.rank_constant, weight=weights[name])
                 for name, rank in ranks.items()
                 if rank is not None
             }
-            hit = _hit(raw, score=score, ranks=ranks, scores={"rrf": score})
-            hit.explain = _explain(ranks, {}, contributions, score)
+            scores: dict[str, float | None] = {**retriever_scores, "rrf": score}
+            hit = _hit(raw, score=score, ranks=ranks, scores=scores)
+            hit.explain = _explain(ranks, retriever_scores, contributions, score)
             hits.append(hit)
         return hits
 
@@ -451,20 +453,36 @@ def _explain(
     return out
 
 
-def _native_ranks(explanation: Mapping[str, Any] | None) -> dict[str, int | None]:
-    """Each retriever's rank from the server's RRF explanation ("initial ranks [2, 0]")."""
-    ranks: dict[str, int | None] = {"bm25": None, "knn": None}
+def _native_ranks(
+    explanation: Mapping[str, Any] | None,
+) -> tuple[dict[str, int | None], dict[str, float | None]]:
+    """Each retriever's rank and score from the server's RRF explanation.
+
+    The RRF node says "computed for initial ranks [2, 0]" (0: not in that retriever's
+    window); each of its details names "… in query at index [i] …" and wraps that
+    retriever's own explanation, whose value is the retriever's score for the hit.
+    """
+    names = ("bm25", "knn")
+    ranks: dict[str, int | None] = dict.fromkeys(names)
+    scores: dict[str, float | None] = dict.fromkeys(names)
     stack = [explanation] if explanation else []
     while stack:
         node = stack.pop()
         match = _RRF_RANKS.search(str(node.get("description", "")))
         if match:
             values = [int(v) for v in match.group(1).replace(" ", "").split(",") if v]
-            for name, value in zip(("bm25", "knn"), values, strict=False):
-                ranks[name] = value or None  # 0 = not in that retriever's window
-            return ranks
+            for name, value in zip(names, values, strict=False):
+                ranks[name] = value or None
+            for detail in node.get("details") or []:
+                which = _QUERY_INDEX.search(str(detail.get("description", "")))
+                inner = detail.get("details") or []
+                if which and inner and int(which.group(1)) < len(names):
+                    name = names[int(which.group(1))]
+                    if ranks[name] is not None:
+                        scores[name] = float(inner[0].get("value", 0.0))
+            return ranks, scores
         stack.extend(node.get("details") or [])
-    return ranks
+    return ranks, scores
 
 
 def _hit(

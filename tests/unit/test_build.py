@@ -142,9 +142,53 @@ def test_native_ranks_parsed_from_the_server_explanation() -> None:
                 "value": 0.032,
                 "description": "rrf score: [0.032522473] computed for initial ranks [2, 0] with "
                 "rankConstant: [60] as sum of [1 / (rank + rankConstant)] for each query",
-                "details": [],
+                "details": [
+                    {
+                        "value": 2,
+                        "description": "rrf score: [0.016129032], for rank [2] in query at "
+                        "index [0] computed as [1 / (2 + 60)], for matching query with score",
+                        "details": [{"value": 7.25, "description": "sum of:", "details": []}],
+                    },
+                    {
+                        "value": 0.0,
+                        "description": "rrf score: [0], result not found in query at index [1]",
+                        "details": [],
+                    },
+                ],
             }
         ],
     }
-    assert _native_ranks(explanation) == {"bm25": 2, "knn": None}
-    assert _native_ranks(None) == {"bm25": None, "knn": None}
+    ranks, scores = _native_ranks(explanation)
+    assert ranks == {"bm25": 2, "knn": None}
+    assert scores == {"bm25": 7.25, "knn": None}
+    assert _native_ranks(None) == ({"bm25": None, "knn": None}, {"bm25": None, "knn": None})
+
+
+def test_weak_evidence_judge_without_dense_scores() -> None:
+    """A strategy whose hits carry no dense similarity is not judged insufficient by it."""
+    from es_rag.config import Settings
+    from es_rag.query.context import ContextBuilder
+    from es_rag.query.search import Searcher
+    from es_rag.types import Hit, SearchResponse
+
+    def hit(scores: dict) -> Hit:
+        return Hit(
+            chunk_id="c",
+            doc_id="d",
+            source_uri=None,
+            title_path=[],
+            page_start=None,
+            page_end=None,
+            text="t",
+            score=0.03,
+            ranks={"bm25": 1, "knn": 1},
+            scores=scores,
+        )
+
+    judge = ContextBuilder(Searcher(Settings(min_knn_score=0.6))).judge
+    ok, reason, _ = judge(SearchResponse("native-rrf", [hit({"rrf": 0.03})], {}))
+    assert ok and "not applied" in reason
+    ok, reason, _ = judge(SearchResponse("native-rrf", [hit({"rrf": 0.03, "knn": 0.55})], {}))
+    assert not ok and "below 0.6" in reason
+    ok, _, _ = judge(SearchResponse("client-rrf", [hit({"rrf": 0.03, "knn": 0.61})], {}))
+    assert ok
