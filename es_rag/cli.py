@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from es_rag.config import Settings
+from es_rag.errors import EsRagError as EsRagErrorType
 
 app = typer.Typer(
     add_completion=False,
@@ -297,6 +298,115 @@ def context(
     typer.echo(result.prompt)
     verdict = "sufficient" if result.sufficient else "NOT sufficient"
     typer.echo(f"evidence: {verdict} ({result.reason})", err=True)
+
+
+@app.command("eval")
+def eval_(
+    dataset_dir: Annotated[Path, typer.Argument(help="dataset folder (or SQuAD JSON file)")],
+    fmt: Annotated[str, typer.Option("--format", help="beir | squad | cranfield | jsonl")],
+    strategies: Annotated[
+        str, typer.Option(help="comma list: bm25,knn,hybrid,client-rrf,native-rrf,... [+rerank]")
+    ] = "bm25,knn,hybrid",
+    k: Annotated[int, typer.Option(help="cut-off for nDCG, Recall, MRR, Hit")] = 10,
+    output: Annotated[Path, typer.Option(help="results JSON (chart: same name, .png)")] = Path(
+        "results.json"
+    ),
+    index: Annotated[
+        str | None, typer.Option(help="reuse this index alias instead of a fresh one")
+    ] = None,
+    keep_index: Annotated[bool, typer.Option(help="keep the evaluation index")] = False,
+    split: Annotated[str, typer.Option(help="qrels split (beir) or file hint (squad)")] = "test",
+    rank_constant: Annotated[str | None, typer.Option(help="sweep, e.g. 10,20,60")] = None,
+    window: Annotated[str | None, typer.Option(help="sweep of rank windows, e.g. 50,100")] = None,
+    weights: Annotated[str | None, typer.Option(help="sweep BM25:kNN, e.g. 1:1,2:1")] = None,
+    limit_queries: Annotated[int | None, typer.Option(help="first N queries only")] = None,
+) -> None:
+    """Measure retrieval quality and latency of strategies side by side on a dataset."""
+    from tqdm import tqdm
+
+    from es_rag import datasets
+    from es_rag import eval_runner as er
+    from es_rag.parts import Parts
+    from es_rag.pipeline import Ingestor
+
+    data = _run(lambda: datasets.load(dataset_dir, fmt, split=split))
+    if limit_queries:
+        data.queries = dict(list(data.queries.items())[:limit_queries])
+
+    def ints(text: str | None) -> list[int]:
+        return [int(x) for x in text.split(",") if x.strip()] if text else []
+
+    try:
+        sweep_weights = er.parse_weights(weights) if weights else []
+        variants = er.parse_strategies(
+            strategies,
+            rank_constants=ints(rank_constant),
+            windows=ints(window),
+            weights=sweep_weights,
+        )
+    except (ValueError, EsRagErrorType) as exc:
+        _fail(str(exc))
+    base = _settings()
+    alias = index or er.eval_index_name(base, data)
+    settings = base.model_copy(update={"index": alias})
+    parts = Parts(settings)
+    ingestor = Ingestor(
+        settings, client=parts.client, embedder=parts.embedder, analyzer=parts.analyzer
+    )
+    quiet = not sys.stderr.isatty()
+    with tqdm(
+        total=len(data.corpus), unit="doc", desc="ingest", disable=quiet, file=sys.stderr
+    ) as bar:
+        ingest = _run(lambda: er.ingest_dataset(ingestor, data, progress=bar.update))
+    try:
+        with tqdm(
+            total=len(data.queries) * len(variants),
+            unit="q",
+            desc="queries",
+            disable=quiet,
+            file=sys.stderr,
+        ) as bar:
+            results = _run(
+                lambda: er.run(settings, data, variants, k=k, parts=parts, progress=bar.update)
+            )
+    finally:
+        if not keep_index and index is None:
+            for name in ingestor.index.concrete_indices():
+                parts.client.indices.delete(index=name)
+    output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    meta = {
+        "dataset": {
+            "path": str(dataset_dir),
+            "format": fmt,
+            "name": data.name,
+            "documents": len(data.corpus),
+            "queries": len(data.queries),
+        },
+        "index": alias,
+        "kept": keep_index or index is not None,
+        "ingest": ingest,
+        "embedding_model": settings.embedding_model,
+        "k": k,
+        "settings": {
+            key: getattr(settings, key)
+            for key in (
+                "rank_constant",
+                "rank_window_size",
+                "num_candidates",
+                "bm25_weight",
+                "knn_weight",
+                "chunk_size",
+                "chunk_overlap",
+                "analyzer_language",
+            )
+        },
+    }
+    output.with_suffix(".meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    try:
+        er.chart(results, output.with_suffix(".png"), k=k, title=f"{data.name} ({fmt})")
+    except ImportError:
+        typer.echo("chart skipped: matplotlib is not installed", err=True)
+    typer.echo(er.markdown_table(results, k=k))
 
 
 @app.command()

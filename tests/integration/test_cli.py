@@ -215,3 +215,68 @@ def test_search_explain_and_filters(cli_env: dict[str, str]) -> None:
     assert bad.returncode != 0
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and "FilterError" in lines[0]
+
+
+def test_eval_command_contract(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A tiny es-rag JSONL dataset through `es-rag eval`: JSON, table, chart, clean-up."""
+    data = tmp_path / "ds"
+    data.mkdir()
+    docs = {
+        "lunch": "The cafeteria serves hot food from noon until two o'clock.",
+        "vpn": "Employees connect to the corporate network through the VPN client.",
+        "refund": "Refunds are credited to the original card within five working days.",
+        "parking": "The garage under building B has two hundred spaces for cars.",
+    }
+    (data / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": k, "title": k, "text": v}) + "\n" for k, v in docs.items())
+    )
+    queries = [
+        {"id": "q1", "query": "when is lunch served", "relevant": {"lunch": 2}, "type": "lookup"},
+        {"id": "q2", "query": "remote network access", "relevant": ["vpn"], "type": "concept"},
+        {"id": "q3", "query": "money back to my card", "relevant": ["refund"], "type": "concept"},
+    ]
+    (data / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    out = tmp_path / "results.json"
+    env = {**cli_env, "ES_RAG_INDEX": unique_index("evalcli")}
+    proc = es_rag(
+        env,
+        "eval",
+        str(data),
+        "--format",
+        "jsonl",
+        "--strategies",
+        "bm25,knn,hybrid,native-rrf",
+        "--k",
+        "3",
+        "--output",
+        str(out),
+        "--rank-constant",
+        "10,60",
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())
+    assert set(results) == {
+        "bm25",
+        "knn",
+        "hybrid[rc=10]",
+        "hybrid[rc=60]",
+        "native-rrf[rc=10]",
+        "native-rrf[rc=60]",
+    }
+    for name in ("bm25", "knn", "hybrid[rc=60]"):
+        r = results[name]
+        for key in ("ndcg@3", "recall@3", "recall@100", "mrr@3", "map", "hit@3"):
+            assert 0.0 <= r[key] <= 1.0, (name, key)
+        assert set(r["latency_ms"]) == {"p50", "p95"}
+        assert set(r["by_type"]) == {"lookup", "concept"}
+        assert r["queries"] == 3
+    assert results["knn"]["ndcg@3"] > 0.9  # MiniLM finds all three paraphrases
+    assert "vs_" in "".join(results["hybrid[rc=60]"])
+    if "error" in results["native-rrf[rc=60]"]:
+        assert "native-rrf cannot run" in results["native-rrf[rc=60]"]["error"]
+    assert "| strategy |" in proc.stdout and "| knn |" in proc.stdout
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["dataset"]["queries"] == 3 and meta["ingest"]["indexed"] == 4
+    client = Elasticsearch(env["ES_RAG_ES_URL"])
+    assert not client.indices.exists_alias(name=meta["index"]).body  # fresh index dropped
