@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     # --- chunking (simple .txt/.md chunker) ------------------------------------------------
     chunk_size: int = Field(default=200, description="target child chunk size in words")
     chunk_overlap: int = Field(default=30, description="words shared by consecutive chunks")
+    context_header_prefix: bool = Field(
+        default=True, description="prefix each chunk's BM25 terms and embedding with its title path"
+    )
     parent_chunk_size: int = Field(
         default=800, description="parent (section) chunk cap in words; context, not searched"
     )

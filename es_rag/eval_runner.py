@@ -147,6 +147,7 @@ def eval_index_name(settings: Settings, dataset: Dataset) -> str:
     """Deterministic per dataset and model, so a kept index is found again."""
     key = f"{dataset.name}\x00{len(dataset.corpus)}\x00{settings.embedding_model}"
     key += f"\x00{settings.chunk_size}\x00{settings.chunk_overlap}"
+    key += f"\x00{settings.context_header_prefix}\x00{settings.embedding_backend}"
     return f"{settings.index}-eval-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 

@@ -59,9 +59,11 @@ def chunk_id(doc_id: str, doc_version: str, chunk_type: str, ordinal: int) -> st
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
-def embedding_text(chunk: Chunk) -> str:
+def embedding_text(chunk: Chunk, *, prefix: bool = True) -> str:
     """The context header travels with the text into BM25 terms and the embedding."""
-    return f"{chunk.context_header}\n{chunk.content}" if chunk.context_header else chunk.content
+    if prefix and chunk.context_header:
+        return f"{chunk.context_header}\n{chunk.content}"
+    return chunk.content
 
 
 class Ingestor(Parts):
@@ -175,7 +177,8 @@ class Ingestor(Parts):
     def _write(self, plans: list[_Plan], out: list[IngestResult | EsRagError | None]) -> None:
         """Embed every planned chunk, write all rows, then roll back or clean up per doc."""
         t0 = time.perf_counter()
-        texts = [embedding_text(c) for p in plans for c in p.children]
+        prefix = self.settings.context_header_prefix
+        texts = [embedding_text(c, prefix=prefix) for p in plans for c in p.children]
         try:
             vectors = self.embedder.embed(texts, kind="passage")
             expected = self._dims
@@ -244,7 +247,12 @@ class Ingestor(Parts):
             "mime": doc.mime_type,
             "doc_version": doc.doc_version,
             "chunker": CHUNKER_VERSION,
-            "chunking": [s.chunk_size, s.chunk_overlap, s.parent_chunk_size],
+            "chunking": [
+                s.chunk_size,
+                s.chunk_overlap,
+                s.parent_chunk_size,
+                s.context_header_prefix,
+            ],
             "analyzer": self.analyzer.version,
             "parser": PARSER_VERSION,
         }
@@ -301,7 +309,9 @@ class Ingestor(Parts):
             if chunk.chunk_type == "child":
                 # Parents are context only: no vector, no terms, never matched by a search.
                 source["embedding"] = next(child_vectors)
-                source["content_terms"] = self.analyzer.analyze(embedding_text(chunk))
+                source["content_terms"] = self.analyzer.analyze(
+                    embedding_text(chunk, prefix=self.settings.context_header_prefix)
+                )
                 source["title_terms"] = self.analyzer.analyze(" ".join(chunk.title_path))
                 if chunk.parent_ordinal is not None:
                     source["parent_id"] = chunk_id(

@@ -74,3 +74,37 @@ def rrf(
         Fused(doc_id=d, score=scores[d], ranks=ranks[d], contributions=contribs[d])
         for d in sorted(scores, key=key)
     ]
+
+
+def confidence(scores: Sequence[float], *, top: int = 10) -> float:
+    """How decisively a retriever's first hit stands out of its own top ``top``, in [0, 1].
+
+    ``(s1 - mean(s2..s_top)) / (s1 - s_top)`` on the retriever's raw scores: scale-free, so
+    BM25 and cosine scores are comparable. 1 means the first hit is alone at the top (an
+    exact identifier or factoid match), values near 0 mean a flat list (no clear answer).
+    No hits → 0; a single hit → 1.
+    """
+    head = list(scores[:top])
+    if not head:
+        return 0.0
+    if len(head) == 1:
+        return 1.0
+    spread = head[0] - head[-1]
+    if spread <= 0:
+        return 0.0
+    return max(0.0, min(1.0, (head[0] - sum(head[1:]) / (len(head) - 1)) / spread))
+
+
+def confidence_weights(
+    scores: Mapping[str, Sequence[float]], *, top: int = 10, floor: float = 0.0
+) -> dict[str, float]:
+    """Per-query RRF weights from each retriever's confidence, averaging 1.
+
+    A retriever that is sure of its answer counts more for this query, one that returns a
+    flat list counts less; with equal confidence this is plain RRF.
+    """
+    conf = {name: max(confidence(s, top=top), floor) for name, s in scores.items()}
+    total = sum(conf.values())
+    if total <= 0:
+        return dict.fromkeys(scores, 1.0)
+    return {name: len(conf) * c / total for name, c in conf.items()}

@@ -77,3 +77,19 @@ def test_empty_and_invalid() -> None:
     assert rrf({"bm25": [], "knn": []}) == []
     with pytest.raises(ValueError):
         rrf({"bm25": ["a"]}, rank_constant=0)
+
+
+def test_confidence_measures_how_the_top_hit_stands_out() -> None:
+    from es_rag.query.fusion import confidence, confidence_weights
+
+    assert confidence([]) == 0.0
+    assert confidence([3.0]) == 1.0
+    assert confidence([5.0, 5.0, 5.0]) == 0.0  # flat: no clear answer
+    # s1=10, rest mean=(2+1)/2=1.5, s_top=1 -> (10-1.5)/(10-1)
+    assert confidence([10.0, 2.0, 1.0]) == pytest.approx(8.5 / 9)
+    assert confidence([0.9, 0.88, 0.87, 0.86]) < confidence([9.0, 3.0, 2.9, 2.8])
+    assert confidence(list(range(20, 0, -1)), top=3) == pytest.approx((20 - 18.5) / 2)
+    weights = confidence_weights({"bm25": [10.0, 2.0, 1.0], "knn": [0.9, 0.88, 0.8]})
+    assert sum(weights.values()) == pytest.approx(2.0)
+    assert weights["bm25"] > 1.0 > weights["knn"]
+    assert confidence_weights({"bm25": [], "knn": []}) == {"bm25": 1.0, "knn": 1.0}
