@@ -41,7 +41,8 @@ from es_rag.query import build  # noqa: E402
 from es_rag.query.fusion import confidence_weights, rrf  # noqa: E402
 from es_rag.query.search import Searcher  # noqa: E402
 
-Lists = dict[str, list[tuple[str, float]]]  # retriever → [(doc id, score)] best first
+Lists = dict[str, list[tuple[str, float]]]  # retriever → [(chunk id, score)] best first
+DOC_OF: dict[str, str] = {}  # chunk id → doc id
 
 
 def gather(searcher: Searcher, queries: dict[str, str], depth: int) -> dict[str, Lists]:
@@ -52,15 +53,15 @@ def gather(searcher: Searcher, queries: dict[str, str], depth: int) -> dict[str,
         lists: Lists = {}
         for name in ("bm25", "knn"):
             hits = searcher.search(text, caller=caller, k=depth, strategy=name).hits
-            seen: dict[str, float] = {}
-            for h in hits:  # documents rank where their best chunk ranks
-                seen.setdefault(h.doc_id, float(h.scores.get(name) or 0.0))
-            lists[name] = list(seen.items())
+            # Chunk level, as the searcher fuses; documents rank where their best chunk does.
+            lists[name] = [(h.chunk_id, float(h.scores.get(name) or 0.0)) for h in hits]
+            DOC_OF.update({h.chunk_id: h.doc_id for h in hits})
         # The server's own `standard` analyzer over `content` (what a bare cluster offers),
         # to compare with es-rag's Python analysis in `content_terms`.
         body = {
             "size": depth,
             "_source": ["doc_id"],
+            "track_total_hits": False,
             "query": {
                 "bool": {
                     "must": [
@@ -77,10 +78,9 @@ def gather(searcher: Searcher, queries: dict[str, str], depth: int) -> dict[str,
             },
         }
         resp = searcher.client.search(index=searcher.settings.index, body=body)
-        seen = {}
-        for h in resp.body["hits"]["hits"]:
-            seen.setdefault(h["_source"]["doc_id"], float(h["_score"]))
-        lists["bm25_standard"] = list(seen.items())
+        raw = resp.body["hits"]["hits"]
+        lists["bm25_standard"] = [(h["_id"], float(h["_score"])) for h in raw]
+        DOC_OF.update({h["_id"]: h["_source"]["doc_id"] for h in raw})
         out[qid] = lists
     return out
 
@@ -159,7 +159,7 @@ def main() -> None:
     grid["conf-rrf-default"] = {"k=60": lambda x: fuse_conf(x, k=60, window=window)}
 
     def run_all(fn: Callable[[Lists], list[str]]) -> dict[str, list[str]]:
-        return {q: dedupe(fn(lists[q])) for q in qids}
+        return {q: dedupe([DOC_OF[c] for c in fn(lists[q])]) for q in qids}
 
     report: dict[str, Any] = {"dataset": data.name, "queries": len(qids)}
     for name, fn in methods.items():
