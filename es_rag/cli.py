@@ -174,7 +174,9 @@ Filters = Annotated[
         "(e.g. metadata.product=hr, page_start>=3, updated_at>=now-30d)",
     ),
 ]
-Strategy = Annotated[str | None, typer.Option(help="auto | bm25 | knn | client-rrf | native-rrf")]
+Strategy = Annotated[
+    str | None, typer.Option(help="auto | bm25 | knn | client-rrf | client-linear | native-rrf")
+]
 Rerank = Annotated[
     bool | None,
     typer.Option("--rerank/--no-rerank", help="cross-encoder rerank (needs ES_RAG_RERANK_MODEL)"),
@@ -230,9 +232,10 @@ def search(
 
 
 def _explain_table(hits: list[Any]) -> str:
+    fusion = "linear" if any("linear" in h.explain for h in hits) else "rrf"
     head = (
-        f"{'#':>3}  {'bm25 rank':>9} {'bm25 score':>10} {'bm25 rrf':>9}  {'knn rank':>8} "
-        f"{'knn score':>9} {'knn rrf':>8}  {'fused':>8} {'rerank':>8}  doc"
+        f"{'#':>3}  {'bm25 rank':>9} {'bm25 score':>10} {'bm25 ' + fusion:>11}  {'knn rank':>8} "
+        f"{'knn score':>9} {'knn ' + fusion:>10}  {'fused':>8} {'rerank':>8}  doc"
     )
     lines = [head, "-" * len(head)]
 
@@ -247,9 +250,9 @@ def _explain_table(hits: list[Any]) -> str:
         ex = hit.explain
         b, kn = ex.get("bm25") or {}, ex.get("knn") or {}
         lines.append(
-            f"{n:>3}  {fmt(b.get('rank'), 9)} {fmt(b.get('score'), 10)} {fmt(b.get('rrf'), 9)}  "
-            f"{fmt(kn.get('rank'), 8)} {fmt(kn.get('score'), 9)} {fmt(kn.get('rrf'), 8)}  "
-            f"{fmt(ex.get('rrf'), 8)} {fmt(ex.get('rerank'), 8)}  {hit.doc_id}"
+            f"{n:>3}  {fmt(b.get('rank'), 9)} {fmt(b.get('score'), 10)} {fmt(b.get(fusion), 11)}  "
+            f"{fmt(kn.get('rank'), 8)} {fmt(kn.get('score'), 9)} {fmt(kn.get(fusion), 10)}  "
+            f"{fmt(ex.get(fusion), 8)} {fmt(ex.get('rerank'), 8)}  {hit.doc_id}"
         )
     return "\n".join(lines)
 

@@ -13,7 +13,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 EmbeddingBackend = Literal["sentence-transformers", "flag", "openai"]
-StrategyName = Literal["auto", "bm25", "knn", "client-rrf", "native-rrf"]
+StrategyName = Literal["auto", "bm25", "knn", "client-rrf", "client-linear", "native-rrf"]
 Similarity = Literal["cosine", "dot_product", "max_inner_product", "l2_norm"]
 RerankBackend = Literal["flag", "cross-encoder"]
 
@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     # --- search ---------------------------------------------------------------------------
     strategy: StrategyName = "auto"
     k: int = 10
+    fusion: Literal["rrf", "linear"] = Field(
+        default="rrf",
+        description="what `auto` fuses with: rrf (native where the cluster has it) or linear "
+        "(min-max score combination, client-side; better on both dev sets, see README)",
+    )
     rank_constant: int = 60
     rank_window_size: int = 50
     num_candidates: int = 100

@@ -44,8 +44,16 @@ from es_rag.pipeline import Ingestor
 from es_rag.query.search import Searcher
 from es_rag.types import Document
 
-BASES = ("bm25", "knn", "hybrid", "client-rrf", "native-rrf", "opensearch-hybrid")
-FUSED = ("hybrid", "client-rrf", "native-rrf", "opensearch-hybrid")
+BASES = (
+    "bm25",
+    "knn",
+    "hybrid",
+    "client-rrf",
+    "client-linear",
+    "native-rrf",
+    "opensearch-hybrid",
+)
+FUSED = ("hybrid", "client-rrf", "client-linear", "native-rrf", "opensearch-hybrid")
 EVAL_TENANT = "eval"
 DEPTH = 100  # documents ranked per query (recall@100); the fusion window follows it
 

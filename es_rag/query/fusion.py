@@ -108,3 +108,51 @@ def confidence_weights(
     if total <= 0:
         return dict.fromkeys(scores, 1.0)
     return {name: len(conf) * c / total for name, c in conf.items()}
+
+
+def linear(
+    scored: Mapping[str, Sequence[tuple[str, float]]],
+    *,
+    rank_window_size: int = 50,
+    weights: Mapping[str, float] | None = None,
+) -> list[Fused]:
+    """Convex combination of min-max normalised scores (Bruch, Gai & Ingber, TOIS 2023).
+
+    Each retriever's scores over its top ``rank_window_size`` are mapped to [0, 1]
+    (best = 1; a single hit, or all equal, = 1) and combined as
+    ``Σ_r w_r · norm_r(d) / Σ_r w_r``; a document a retriever did not return gets 0 from
+    it. This is what Elasticsearch's ``linear`` retriever computes with the ``minmax``
+    normalizer. Ties break as in :func:`rrf`.
+    """
+    weights = dict(weights or {})
+    names = list(scored)
+    total = sum(weights.get(n, 1.0) for n in names) or 1.0
+    scores: dict[str, float] = {}
+    ranks: dict[str, dict[str, int | None]] = {}
+    contribs: dict[str, dict[str, float]] = {}
+    for name in names:
+        seen: dict[str, float] = {}
+        for doc_id, value in scored[name]:
+            if doc_id not in seen and len(seen) < rank_window_size:
+                seen[doc_id] = value
+        if not seen:
+            continue
+        lo, hi = min(seen.values()), max(seen.values())
+        w = weights.get(name, 1.0) / total
+        for rank, (doc_id, value) in enumerate(seen.items(), start=1):
+            norm = (value - lo) / (hi - lo) if hi > lo else 1.0
+            scores[doc_id] = scores.get(doc_id, 0.0) + w * norm
+            ranks.setdefault(doc_id, dict.fromkeys(names))[name] = rank
+            contribs.setdefault(doc_id, {})[name] = w * norm
+    missing = rank_window_size + 1
+
+    def key(doc_id: str) -> tuple[float, int, tuple[int, ...], str]:
+        doc_ranks = ranks[doc_id]
+        present = [r for r in doc_ranks.values() if r is not None]
+        order = tuple(missing if r is None else r for r in (doc_ranks[n] for n in names))
+        return (-scores[doc_id], min(present), order, doc_id)
+
+    return [
+        Fused(doc_id=d, score=scores[d], ranks=ranks[d], contributions=contribs[d])
+        for d in sorted(scores, key=key)
+    ]

@@ -34,12 +34,12 @@ from es_rag.errors import (
 from es_rag.parts import Parts
 from es_rag.query import build
 from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clauses
-from es_rag.query.fusion import rrf, rrf_contribution
+from es_rag.query.fusion import linear, rrf, rrf_contribution
 from es_rag.query.guard import check_body, check_msearch
 from es_rag.query.rerank import Reranker, build_reranker
 from es_rag.types import Caller, Hit, SearchResponse
 
-STRATEGIES = ("auto", "bm25", "knn", "client-rrf", "native-rrf")
+STRATEGIES = ("auto", "bm25", "knn", "client-rrf", "client-linear", "native-rrf")
 _RRF_RANKS = re.compile(r"computed for initial ranks \[([0-9, ]*)\]")
 _QUERY_INDEX = re.compile(r"in query at index \[(\d+)\]")
 
@@ -103,6 +103,8 @@ class Searcher(Parts):
             if not info.native_rrf:
                 raise StrategyUnavailableError(f"native-rrf cannot run: {info.native_rrf_reason}")
             return name, None
+        if name == "auto" and self.settings.fusion == "linear":
+            return "client-linear", None  # score fusion runs here, on any cluster
         if name == "auto":
             info = self.cluster()
             if info.native_rrf:
@@ -177,7 +179,7 @@ class Searcher(Parts):
                 filters=clauses,
             )
             hits = self._single(self._search(body, acl, highlight), "knn")
-        elif name == "client-rrf":
+        elif name in ("client-rrf", "client-linear"):
             bm25 = build.bm25_body(
                 terms,
                 acl=acl,
@@ -198,7 +200,7 @@ class Searcher(Parts):
             responses = self._msearch(build.msearch_pair(s.index, bm25, knn), acl)
             timings["search"] = _ms(t0)
             t0 = time.perf_counter()
-            hits = self._client_fuse(responses, window=window)[:depth]
+            hits = self._client_fuse(responses, window=window, method=name)[:depth]
             timings["fuse"] = _ms(t0)
         else:
             body = build.native_rrf_body(
@@ -387,7 +389,9 @@ class Searcher(Parts):
             hits.append(hit)
         return hits
 
-    def _client_fuse(self, responses: list[dict[str, Any]], *, window: int) -> list[Hit]:
+    def _client_fuse(
+        self, responses: list[dict[str, Any]], *, window: int, method: str = "client-rrf"
+    ) -> list[Hit]:
         s = self.settings
         by_id: dict[str, dict[str, Any]] = {}
         raw_scores: dict[str, dict[str, float]] = {}
@@ -401,21 +405,25 @@ class Searcher(Parts):
                 raw_scores.setdefault(raw["_id"], {})[name] = float(raw.get("_score") or 0.0)
                 ids.append(raw["_id"])
             rankings[name] = ids
-        fused = rrf(
-            rankings,
-            rank_constant=s.rank_constant,
-            rank_window_size=window,
-            weights={"bm25": s.bm25_weight, "knn": s.knn_weight},
-        )
+        weights = {"bm25": s.bm25_weight, "knn": s.knn_weight}
+        if method == "client-linear":
+            scored = {n: [(d, raw_scores[d][n]) for d in ids] for n, ids in rankings.items()}
+            fused = linear(scored, rank_window_size=window, weights=weights)
+            label = "linear"
+        else:
+            fused = rrf(
+                rankings, rank_constant=s.rank_constant, rank_window_size=window, weights=weights
+            )
+            label = "rrf"
         hits = []
         for f in fused:
             scores: dict[str, float | None] = {
                 "bm25": raw_scores[f.doc_id].get("bm25"),
                 "knn": raw_scores[f.doc_id].get("knn"),
-                "rrf": f.score,
+                label: f.score,
             }
             hit = _hit(by_id[f.doc_id], score=f.score, ranks=dict(f.ranks), scores=scores)
-            hit.explain = _explain(f.ranks, scores, f.contributions, f.score)
+            hit.explain = _explain(f.ranks, scores, f.contributions, f.score, label)
             hits.append(hit)
         return hits
 
@@ -443,13 +451,14 @@ def _explain(
     scores: Mapping[str, float | None],
     contributions: Mapping[str, float],
     fused: float,
+    label: str = "rrf",
 ) -> dict[str, Any]:
-    """Why a hit is where it is: each retriever's rank, raw score and RRF share."""
+    """Why a hit is where it is: each retriever's rank, raw score and share of the fusion."""
     out: dict[str, Any] = {
-        name: {"rank": rank, "score": scores.get(name), "rrf": contributions.get(name)}
+        name: {"rank": rank, "score": scores.get(name), label: contributions.get(name)}
         for name, rank in ranks.items()
     }
-    out["rrf"] = fused
+    out[label] = fused
     return out
 
 

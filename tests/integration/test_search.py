@@ -176,3 +176,32 @@ def test_other_tenant_sees_only_its_own(indexed: Searcher) -> None:
 def test_search_requires_tenant(indexed: Searcher) -> None:
     with pytest.raises(ConfigurationError):
         indexed.search("x")
+
+
+def test_client_linear_equals_offline_fusion(indexed: Searcher) -> None:
+    """Score fusion (opt-in) fuses the same two searches exactly as the pure function does."""
+    from es_rag.query.fusion import linear
+
+    who = make_caller(corpus.TENANT, users=["user:bob"])
+    window = indexed.settings.rank_window_size
+    query = "refund card payment error"
+    bm25 = indexed.search(query, caller=who, k=window, strategy="bm25").hits
+    knn = indexed.search(query, caller=who, k=window, strategy="knn").hits
+    expected = linear(
+        {
+            "bm25": [(h.chunk_id, h.score) for h in bm25],
+            "knn": [(h.chunk_id, h.score) for h in knn],
+        },
+        rank_window_size=window,
+    )
+    got = indexed.search(query, caller=who, k=5, strategy="client-linear")
+    assert got.strategy == "client-linear"
+    assert [h.chunk_id for h in got.hits] == [f.doc_id for f in expected[:5]]
+    assert [h.score for h in got.hits] == pytest.approx([f.score for f in expected[:5]])
+    auto = Searcher(
+        indexed.settings.model_copy(update={"fusion": "linear"}),
+        client=indexed.client,
+        embedder=indexed.embedder,
+        analyzer=indexed.analyzer,
+    )
+    assert auto.search(query, caller=who, k=5).strategy == "client-linear"

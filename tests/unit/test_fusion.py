@@ -93,3 +93,21 @@ def test_confidence_measures_how_the_top_hit_stands_out() -> None:
     assert sum(weights.values()) == pytest.approx(2.0)
     assert weights["bm25"] > 1.0 > weights["knn"]
     assert confidence_weights({"bm25": [], "knn": []}) == {"bm25": 1.0, "knn": 1.0}
+
+
+def test_linear_fusion_hand_computed() -> None:
+    from es_rag.query.fusion import linear
+
+    scored = {"bm25": [("a", 10.0), ("b", 6.0), ("c", 2.0)], "knn": [("b", 0.9), ("d", 0.7)]}
+    fused = linear(scored)
+    s = {f.doc_id: f.score for f in fused}
+    # bm25 norm: a 1, b .5, c 0; knn norm: b 1, d 0; equal weights -> halves
+    assert s == pytest.approx({"a": 0.5, "b": 0.75, "c": 0.0, "d": 0.0})
+    assert [f.doc_id for f in fused][:2] == ["b", "a"]
+    assert fused[0].ranks == {"bm25": 2, "knn": 1}
+    weighted = {f.doc_id: f.score for f in linear(scored, weights={"bm25": 3.0, "knn": 1.0})}
+    assert weighted["a"] == pytest.approx(0.75) and weighted["b"] == pytest.approx(0.625)
+    single = linear({"bm25": [("x", 4.0)], "knn": []})
+    assert single[0].score == pytest.approx(0.5)  # one hit normalises to 1, half the weight
+    window = {f.doc_id for f in linear(scored, rank_window_size=1)}
+    assert window == {"a", "b"}
