@@ -139,8 +139,6 @@ class Ingestor(Parts):
         for i, doc in enumerate(docs):
             try:
                 plan = self._plan(i, doc)
-            except EngineUnavailableError:
-                raise
             except EsRagError as exc:
                 out[i] = exc
                 continue
