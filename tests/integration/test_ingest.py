@@ -37,6 +37,17 @@ def rows(client: Elasticsearch, alias: str, doc_id: str) -> list[dict]:
     return [h["_source"] | {"_id": h["_id"]} for h in resp.body["hits"]["hits"]]
 
 
+def too_deep_metadata() -> dict:
+    """Metadata nested past the flattened field's depth_limit (20): every chunk is rejected."""
+    deep: dict = {}
+    node = deep
+    for _ in range(30):
+        node["k"] = {}
+        node = node["k"]
+    node["leaf"] = "x"
+    return deep
+
+
 class CountingEmbedder(Embedder):
     """Wraps the real MiniLM embedder and counts calls (the subject is the pipeline)."""
 
@@ -166,12 +177,7 @@ def test_item_failure_is_reported_and_rolled_back(
     good = Document(doc_id="doc", text=long_text("good", 3), acl=ACL)
     ok = ingestor.ingest(good, refresh=True)
     n_good = ok.chunks + ok.parents
-    deep: dict = {}
-    node = deep
-    for _ in range(30):  # flattened depth_limit is 20
-        node["k"] = {}
-        node = node["k"]
-    node["leaf"] = "x"
+    deep = too_deep_metadata()
     bad = Document(doc_id="doc", text=long_text("bad", 3), acl=ACL, metadata=deep)
     with pytest.raises(BulkIndexingError) as info:
         ingestor.ingest(bad, refresh=True)
@@ -225,11 +231,7 @@ def test_batch_isolates_a_failing_document(
     """In one batch (shared embedding and bulk), only the bad document fails."""
     settings = make_settings()
     ingestor = ingestor_for(settings)
-    deep: dict = {}
-    node = deep
-    for _ in range(30):
-        node["k"] = {}
-        node = node["k"]
+    deep = too_deep_metadata()
     docs = [
         Document(doc_id="ok-1", text=long_text("first", 3), acl=ACL),
         Document(doc_id="bad", text=long_text("bad", 3), acl=ACL, metadata=deep),
