@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from es_rag.chunking import count_words
@@ -262,25 +262,31 @@ class ContextBuilder:
         chosen: list[Evidence] = []
         per: dict[str, int] = {}
         used = 0
-        for item in sorted(items, key=lambda e: -e.score):
+        for item in sorted((replace(e) for e in items), key=lambda e: -e.score):
             dup = next((c for c in chosen if _same_or_inside(item, c)), None)
             if dup is not None:
                 dup.chunk_ids = sorted(set(dup.chunk_ids) | set(item.chunk_ids))
                 continue
             contained = [c for c in chosen if _same_or_inside(c, item)]
-            if contained:  # the new item covers earlier ones: keep it in their place
+            freed = sum(self.count_tokens(c.text) for c in contained)
+            cost = self.count_tokens(item.text)
+            if per.get(item.doc_id, 0) - len(contained) >= per_doc or used - freed + cost > budget:
+                continue  # does not fit; whatever it would have replaced stays
+            if contained:
+                # The new item covers earlier, stronger ones: it takes the place (and the
+                # score) of the first of them, so the order stays strongest first.
+                at = chosen.index(contained[0])
+                item.score = max([item.score, *(c.score for c in contained)])
+                item.chunk_ids = sorted(
+                    {*item.chunk_ids, *(i for c in contained for i in c.chunk_ids)}
+                )
                 for c in contained:
                     chosen.remove(c)
-                    per[c.doc_id] -= 1
-                    used -= self.count_tokens(c.text)
-            if per.get(item.doc_id, 0) >= per_doc:
-                continue
-            cost = self.count_tokens(item.text)
-            if used + cost > budget:
-                continue
-            chosen.append(item)
-            per[item.doc_id] = per.get(item.doc_id, 0) + 1
-            used += cost
+                chosen.insert(at, item)
+            else:
+                chosen.append(item)
+            per[item.doc_id] = per.get(item.doc_id, 0) - len(contained) + 1
+            used += cost - freed
         for n, item in enumerate(chosen, start=1):
             item.n = n
         return chosen

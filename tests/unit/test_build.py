@@ -192,3 +192,39 @@ def test_weak_evidence_judge_without_dense_scores() -> None:
     assert not ok and "below 0.6" in reason
     ok, _, _ = judge(SearchResponse("client-rrf", [hit({"rrf": 0.03, "knn": 0.61})], {}))
     assert ok
+
+
+def test_context_selection_keeps_strongest_first_when_merging() -> None:
+    """A weaker item that contains a stronger one takes its place, not the end of the list."""
+    from es_rag.config import Settings
+    from es_rag.query.context import ContextBuilder, Evidence
+    from es_rag.query.search import Searcher
+
+    def ev(doc: str, text: str, score: float, cid: str) -> Evidence:
+        return Evidence(
+            n=0,
+            doc_id=doc,
+            source_uri=None,
+            title_path=[],
+            pages=None,
+            text=text,
+            score=score,
+            chunk_ids=[cid],
+        )
+
+    builder = ContextBuilder(Searcher(Settings()), count_tokens=lambda t: len(t.split()))
+    items = [
+        ev("a", "alpha beta", 0.9, "a1"),
+        ev("b", "gamma delta", 0.8, "b1"),
+        ev("a", "alpha beta gamma", 0.7, "a2"),  # covers the first item
+        ev("c", "epsilon " * 50, 0.6, "c1"),  # too big for the budget
+    ]
+    chosen = builder._select(items, per_doc=3, budget=20)
+    assert [(e.n, e.doc_id, e.text) for e in chosen] == [
+        (1, "a", "alpha beta gamma"),
+        (2, "b", "gamma delta"),
+    ]
+    assert chosen[0].score == 0.9 and chosen[0].chunk_ids == ["a1", "a2"]
+    # a covering item that does not fit leaves what it would have replaced in place
+    tight = builder._select(items[:3], per_doc=3, budget=4)
+    assert [e.text for e in tight] == ["alpha beta", "gamma delta"]
