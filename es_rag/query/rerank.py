@@ -314,23 +314,6 @@ class CrossEncoderReranker(_LocalModelReranker):
 
     backend = "cross-encoder"
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        batch_size: int = 16,
-        max_length: int = 512,
-        timeout: float | None = None,
-        device: str | None = None,
-    ) -> None:
-        super().__init__(
-            model=model,
-            batch_size=batch_size,
-            max_length=max_length,
-            timeout=timeout,
-            device=device,
-        )
-
     def _load(self) -> Any:
         import torch
         from sentence_transformers import CrossEncoder
