@@ -55,7 +55,12 @@ def _run(fn: Any) -> Any:
 
 @app.callback()
 def main_options(
-    es_url: Annotated[str | None, typer.Option(help="Elasticsearch URL (ES_RAG_ES_URL)")] = None,
+    es_url: Annotated[
+        str | None, typer.Option(help="Elasticsearch or OpenSearch URL (ES_RAG_ES_URL)")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="auto | elasticsearch | opensearch (ES_RAG_ENGINE)")
+    ] = None,
     index: Annotated[str | None, typer.Option(help="index alias (ES_RAG_INDEX)")] = None,
     embedding_backend: Annotated[
         str | None, typer.Option(help="sentence-transformers | flag | openai")
@@ -68,6 +73,7 @@ def main_options(
     """Settings come from ES_RAG_* environment variables; these flags override them."""
     _overrides.update(
         es_url=es_url,
+        engine=engine,
         index=index,
         embedding_backend=embedding_backend,
         embedding_model=embedding_model,
@@ -79,6 +85,7 @@ def main_options(
         # The transport logs every failed attempt with a traceback; es-rag reports the
         # outcome itself, as one line.
         logging.getLogger("elastic_transport").setLevel(logging.ERROR)
+        logging.getLogger("opensearch").setLevel(logging.CRITICAL)
 
 
 @app.command()
@@ -175,7 +182,10 @@ Filters = Annotated[
     ),
 ]
 Strategy = Annotated[
-    str | None, typer.Option(help="auto | bm25 | knn | client-rrf | client-linear | native-rrf")
+    str | None,
+    typer.Option(
+        help="auto | bm25 | knn | client-rrf | client-linear | native-rrf | opensearch-hybrid"
+    ),
 ]
 Rerank = Annotated[
     bool | None,
@@ -354,7 +364,7 @@ def eval_(
     settings = base.model_copy(update={"index": alias})
     parts = Parts(settings)
     ingestor = Ingestor(
-        settings, client=parts.client, embedder=parts.embedder, analyzer=parts.analyzer
+        settings, client=parts.engine, embedder=parts.embedder, analyzer=parts.analyzer
     )
     quiet = not sys.stderr.isatty()
     with tqdm(
@@ -375,7 +385,7 @@ def eval_(
     finally:
         if not keep_index and index is None:
             for name in ingestor.index.concrete_indices():
-                parts.client.indices.delete(index=name)
+                parts.engine.delete_index(name)
     output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     meta = {
         "dataset": {
@@ -425,13 +435,13 @@ def delete(doc_id: Annotated[str, typer.Argument(help="the document id to delete
 @app.command()
 def info() -> None:
     """What the cluster offers (version, license, native RRF) and the index's contract."""
-    from es_rag.engine.client import make_client, probe_cluster
+    from es_rag.engine.client import make_engine
     from es_rag.engine.index import ChunkIndex
 
     settings = _settings()
-    client = make_client(settings)
-    cluster = _run(lambda: probe_cluster(client, settings.index))
-    contract = _run(lambda: ChunkIndex(client, settings.index).contract())
+    engine = _run(lambda: make_engine(settings))
+    cluster = _run(lambda: engine.probe(settings.index))
+    contract = _run(lambda: ChunkIndex(engine, settings.index).contract())
     typer.echo(
         json.dumps(
             {

@@ -13,7 +13,11 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 EmbeddingBackend = Literal["sentence-transformers", "flag", "openai"]
-StrategyName = Literal["auto", "bm25", "knn", "client-rrf", "client-linear", "native-rrf"]
+StrategyName = Literal[
+    "auto", "bm25", "knn", "client-rrf", "client-linear", "native-rrf", "opensearch-hybrid"
+]
+EngineName = Literal["auto", "elasticsearch", "opensearch"]
+OpenSearchKnnEngine = Literal["lucene", "faiss", "nmslib"]
 Similarity = Literal["cosine", "dot_product", "max_inner_product", "l2_norm"]
 RerankBackend = Literal["flag", "cross-encoder"]
 
@@ -23,8 +27,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ES_RAG_", extra="ignore")
 
-    # --- search server -----------------------------------------------------------------
-    es_url: str = "http://127.0.0.1:9200"
+    # --- search server (Elasticsearch or OpenSearch) ---------------------------------------
+    engine: EngineName = Field(
+        default="auto",
+        description="elasticsearch | opensearch; auto asks the server (one GET / at first use)",
+    )
+    es_url: str = Field(
+        default="http://127.0.0.1:9200", description="search server URL (either engine)"
+    )
     es_api_key: SecretStr | None = None
     es_username: str | None = None
     es_password: SecretStr | None = None
@@ -65,6 +75,19 @@ class Settings(BaseSettings):
     similarity: Similarity = "cosine"
     vector_index_type: str = Field(
         default="int8_hnsw", description="hnsw, int8_hnsw, int4_hnsw, bbq_hnsw, flat, ..."
+    )
+    opensearch_knn_engine: OpenSearchKnnEngine = Field(
+        default="lucene",
+        description="OpenSearch k-NN engine; faiss/nmslib need the plugin's native libraries",
+    )
+    opensearch_native_knn: bool = Field(
+        default=False,
+        description="vouch that every OpenSearch data node has the k-NN plugin's native "
+        "libraries (faiss/nmslib); es-rag cannot check it and refuses those engines otherwise",
+    )
+    opensearch_search_pipeline: str = Field(
+        default="es-rag-rrf",
+        description="search pipeline es-rag creates for opensearch-hybrid (RRF)",
     )
     hnsw_m: int = 16
     hnsw_ef_construction: int = 100

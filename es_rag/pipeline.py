@@ -18,14 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
 from es_rag.analysis import TextAnalyzer, detect_language
 from es_rag.chunking import CHUNKER_VERSION, chunk_text, guess_title
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.index import ChunkIndex, bulk_error
-from es_rag.engine.mapping import IndexContract, build_index_body
+from es_rag.engine.mapping import IndexContract
 from es_rag.errors import (
     DimensionMismatchError,
     EngineUnavailableError,
@@ -73,7 +71,7 @@ class Ingestor(Parts):
         self,
         settings: Settings,
         *,
-        client: Elasticsearch | None = None,
+        client: Any = None,
         embedder: Embedder | None = None,
         analyzer: TextAnalyzer | None = None,
     ) -> None:
@@ -85,7 +83,7 @@ class Ingestor(Parts):
     @property
     def index(self) -> ChunkIndex:
         if self._index is None:
-            self._index = ChunkIndex(self.client, self.settings.index)
+            self._index = ChunkIndex(self.engine, self.settings.index)
         return self._index
 
     def contract(self) -> IndexContract:
@@ -102,7 +100,7 @@ class Ingestor(Parts):
     def init_index(self) -> tuple[str, bool]:
         """Create the index and alias if absent, else check the existing one's contract."""
         contract = self.contract()
-        name, created = self.index.ensure(build_index_body(self.settings, contract), contract)
+        name, created = self.index.ensure(self.engine.index_body(self.settings, contract), contract)
         # ensure() checked that the index's dims equal the contract's; a remote embedding
         # server that later changes model is still caught per batch against this number.
         self._dims = contract.dims

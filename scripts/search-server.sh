@@ -1,31 +1,44 @@
 #!/usr/bin/env bash
-# Start/stop a real single-node search server on loopback, without Docker.
+# Start/stop a real single-node search server (Elasticsearch or OpenSearch) on loopback,
+# without Docker.
 #
 #   scripts/search-server.sh start|stop|status|url|fetch [options]
 #
-# fetch downloads and unpacks the distribution only (used by scripts/setup.sh).
+# fetch downloads and unpacks the distribution only (used by scripts/setup.sh); for
+# OpenSearch it also installs the k-NN plugin into the unpacked tree.
 #
-# Options:
-#   --engine elasticsearch     engine to run (opensearch: reserved, not yet supported)
+# Options (accepted by every command):
+#   --engine elasticsearch     elasticsearch or opensearch
 #   --port 9200                HTTP port (bound to 127.0.0.1 only)
 #   --transport-port N         transport port (default: PORT+100)
-#   --version 9.2.8            engine version
+#   --version V                engine version (default: 9.2.8 for elasticsearch,
+#                              3.5.0 for opensearch)
 #   --heap 1g                  JVM heap (-Xms/-Xmx), e.g. 512m, 1g
-#   --name NAME                instance name (default: es-PORT); each instance has its
-#                              own config, data, logs and pid file
+#   --name NAME                instance name (default: es-PORT for elasticsearch, os-PORT
+#                              for opensearch); each instance has its own config, data,
+#                              logs and pid file
 #   --fresh                    (start) wipe the instance data dir before starting
+#
+# Distributions (downloaded with `mvn dependency:get` into ~/.m2 when missing):
+#   elasticsearch  org.elasticsearch.distribution.integ-test-zip:elasticsearch:VERSION:zip
+#   opensearch     org.opensearch.distribution.integ-test-zip:opensearch:VERSION:zip, plus the
+#                  k-NN plugin org.opensearch.plugin:opensearch-knn:VERSION.0:zip, installed
+#                  into the unpacked tree before it is published
 #
 # Environment:
 #   ES_RAG_CACHE               cache root (default: $HOME/.cache/es-rag, or /var/lib/es-rag as root)
 #   ES_JAVA_HOME               JDK for Elasticsearch (default: /usr/lib/jvm/temurin-25-jdk-amd64)
+#   OPENSEARCH_JAVA_HOME       JDK for OpenSearch (default: /usr/lib/jvm/temurin-25-jdk-amd64)
+#   ES_JAVA_OPTS, OPENSEARCH_JAVA_OPTS
+#                              extra JVM options, appended after the heap options
 #   ES_RAG_START_TIMEOUT       seconds to wait for yellow health (default: 120)
 #
 # Layout under the cache root:
-#   servers/elasticsearch-VERSION/      unpacked distribution, shared, never written to by servers
+#   servers/ENGINE-VERSION/             unpacked distribution, shared, never written to by servers
 #   instances/NAME/{config,data,logs,tmp,NAME.pid}
 #
-# Running as root: Elasticsearch refuses to run as root, so the server runs as the system
-# user "esrag" (created once). Because /root is mode 0700 and esrag cannot traverse it, the
+# Running as root: neither engine runs as root, so the server runs as the system user
+# "esrag" (created once). Because /root is mode 0700 and esrag cannot traverse it, the
 # default cache root for root is /var/lib/es-rag (not /root/.cache/es-rag). If ES_RAG_CACHE is
 # set explicitly to a path esrag cannot reach, the script adds o+x to the blocking parent
 # directories (with a warning). The distribution tree stays root-owned and world-readable;
@@ -37,11 +50,13 @@ set -euo pipefail
 
 PROG=$(basename "$0")
 RUN_USER=esrag
+DEFAULT_JAVA_HOME=/usr/lib/jvm/temurin-25-jdk-amd64
 
 usage() {
     cat >&2 <<EOF
-usage: $PROG start|stop|status|url|fetch [--engine elasticsearch] [--port 9200] [--version 9.2.8]
-                                   [--heap 1g] [--name NAME] [--transport-port N] [--fresh]
+usage: $PROG start|stop|status|url|fetch [--engine elasticsearch|opensearch] [--port 9200]
+                                   [--version V] [--heap 1g] [--name NAME]
+                                   [--transport-port N] [--fresh]
 EOF
 }
 
@@ -64,7 +79,7 @@ esac
 
 ENGINE=elasticsearch
 PORT=9200
-VERSION=9.2.8
+VERSION=
 HEAP=1g
 NAME=
 TRANSPORT_PORT=
@@ -91,13 +106,36 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-[[ $PORT =~ ^[0-9]+$ ]] && ((PORT > 0 && PORT < 65536)) || die "invalid --port: $PORT"
+# Per-engine knobs. ENV_PREFIX names the launcher's environment variables:
+# ${ENV_PREFIX}_JAVA_HOME, _JAVA_OPTS, _PATH_CONF and _TMPDIR.
+case "$ENGINE" in
+    elasticsearch)
+        DEFAULT_VERSION=9.2.8
+        NAME_PREFIX=es
+        ENV_PREFIX=ES
+        ;;
+    opensearch)
+        DEFAULT_VERSION=3.5.0
+        NAME_PREFIX=os
+        ENV_PREFIX=OPENSEARCH
+        ;;
+    *)
+        echo "$PROG: unknown engine: $ENGINE (supported: elasticsearch, opensearch)" >&2
+        exit 2
+        ;;
+esac
+VERSION=${VERSION:-$DEFAULT_VERSION}
+
+if ! [[ $PORT =~ ^[0-9]+$ ]] || ((PORT <= 0 || PORT >= 65536)); then
+    die "invalid --port: $PORT"
+fi
 TRANSPORT_PORT=${TRANSPORT_PORT:-$((PORT + 100))}
-[[ $TRANSPORT_PORT =~ ^[0-9]+$ ]] && ((TRANSPORT_PORT > 0 && TRANSPORT_PORT < 65536)) ||
+if ! [[ $TRANSPORT_PORT =~ ^[0-9]+$ ]] || ((TRANSPORT_PORT <= 0 || TRANSPORT_PORT >= 65536)); then
     die "invalid --transport-port: $TRANSPORT_PORT"
+fi
 [[ $HEAP =~ ^[0-9]+[kKmMgG]$ ]] || die "invalid --heap: $HEAP (expected e.g. 512m or 1g)"
 [[ $VERSION =~ ^[0-9A-Za-z._-]+$ ]] || die "invalid --version: $VERSION"
-NAME=${NAME:-es-$PORT}
+NAME=${NAME:-$NAME_PREFIX-$PORT}
 [[ $NAME =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "invalid --name: $NAME (use letters, digits, . _ -)"
 
 IS_ROOT=0
@@ -114,6 +152,7 @@ INST_DIR=$CACHE/instances/$NAME
 PID_FILE=$INST_DIR/$NAME.pid
 URL=http://127.0.0.1:$PORT
 START_TIMEOUT=${ES_RAG_START_TIMEOUT:-120}
+M2_REPO=$HOME/.m2/repository
 
 # ---------------------------------------------------------------- helpers
 pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
@@ -178,66 +217,128 @@ is_healthy() {
     [[ $json == *'"status":"green"'* || $json == *'"status":"yellow"'* ]]
 }
 
-# ---------------------------------------------------------------- elasticsearch
-es_home() { echo "$CACHE/servers/elasticsearch-$VERSION"; }
-
-es_zip() {
-    echo "$HOME/.m2/repository/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$VERSION/elasticsearch-$VERSION.zip"
+# JDK for the engine: ES_JAVA_HOME or OPENSEARCH_JAVA_HOME, else DEFAULT_JAVA_HOME.
+java_home() {
+    local var=${ENV_PREFIX}_JAVA_HOME home
+    home=${!var:-$DEFAULT_JAVA_HOME}
+    [[ -x $home/bin/java ]] ||
+        die "no java at $home/bin/java; set $var to a JDK 21+ (e.g. temurin-25)"
+    echo "$home"
 }
 
-es_download() {
-    local zip
-    zip=$(es_zip)
-    [[ -f $zip ]] && return 0
+# ---------------------------------------------------------------- distribution
+srv_home() { echo "$CACHE/servers/$ENGINE-$VERSION"; }
+
+srv_zip() {
+    case "$ENGINE" in
+        elasticsearch)
+            echo "$M2_REPO/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$VERSION/elasticsearch-$VERSION.zip"
+            ;;
+        opensearch)
+            echo "$M2_REPO/org/opensearch/distribution/integ-test-zip/opensearch/$VERSION/opensearch-$VERSION.zip"
+            ;;
+    esac
+}
+
+srv_artifact() {
+    case "$ENGINE" in
+        elasticsearch) echo "org.elasticsearch.distribution.integ-test-zip:elasticsearch:$VERSION:zip" ;;
+        opensearch) echo "org.opensearch.distribution.integ-test-zip:opensearch:$VERSION:zip" ;;
+    esac
+}
+
+# OpenSearch plugins are versioned SERVER_VERSION.0 (3.5.0 -> 3.5.0.0).
+knn_version() { echo "$VERSION.0"; }
+knn_zip() { echo "$M2_REPO/org/opensearch/plugin/opensearch-knn/$(knn_version)/opensearch-knn-$(knn_version).zip"; }
+knn_artifact() { echo "org.opensearch.plugin:opensearch-knn:$(knn_version):zip"; }
+
+# 0 if $1 is a complete unpacked tree for $ENGINE (for OpenSearch: k-NN plugin installed).
+srv_complete() {
+    [[ -x $1/bin/$ENGINE ]] || return 1
+    [[ $ENGINE != opensearch ]] || [[ -d $1/plugins/opensearch-knn ]]
+}
+
+# mvn_fetch ARTIFACT FILE LABEL: download ARTIFACT with Maven unless FILE already exists.
+mvn_fetch() {
+    local artifact=$1 file=$2 label=$3
+    [[ -f $file ]] && return 0
     if ! command -v mvn >/dev/null; then
         if ((IS_ROOT)) && command -v apt-get >/dev/null; then
             log "installing maven with apt-get"
-            apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >&2 ||
+            { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >&2; } ||
                 die "apt-get install maven failed"
         else
-            die "mvn not found; install Maven or place the zip at $zip"
+            die "mvn not found; install Maven or place the zip at $file"
         fi
     fi
-    log "downloading elasticsearch $VERSION (integ-test-zip) from Maven Central"
-    mvn -q -B dependency:get \
-        "-Dartifact=org.elasticsearch.distribution.integ-test-zip:elasticsearch:$VERSION:zip" \
-        -Dtransitive=false >&2 || die "mvn dependency:get failed for elasticsearch $VERSION"
-    [[ -f $zip ]] || die "download finished but $zip is missing"
+    log "downloading $label from Maven Central"
+    # maven.repo.local: mvn derives ~ from the passwd entry, not $HOME; download to where we look.
+    mvn -q -B dependency:get "-Dmaven.repo.local=$M2_REPO" "-Dartifact=$artifact" -Dtransitive=false >&2 ||
+        die "mvn dependency:get failed for $artifact"
+    [[ -f $file ]] || die "download finished but $file is missing"
 }
 
-es_unpack() {
-    local home zip tmp
-    home=$(es_home)
-    [[ -x $home/bin/elasticsearch ]] && return 0
-    es_download
-    zip=$(es_zip)
+srv_download() {
+    mvn_fetch "$(srv_artifact)" "$(srv_zip)" "$ENGINE $VERSION (integ-test-zip)"
+    if [[ $ENGINE == opensearch ]]; then
+        mvn_fetch "$(knn_artifact)" "$(knn_zip)" "opensearch-knn $(knn_version) plugin"
+    fi
+}
+
+# Install the k-NN plugin into the (not yet published) OpenSearch tree $1 with JDK $2, as
+# ourselves (the tree stays owned by the invoking user, world-readable).
+os_install_knn() {
+    local tree=$1 java=$2 zip
+    zip=$(knn_zip)
+    log "installing opensearch-knn $(knn_version) into the unpacked tree"
+    env OPENSEARCH_JAVA_HOME="$java" OPENSEARCH_PATH_CONF="$tree/config" \
+        "$tree/bin/opensearch-plugin" install --batch "file://$zip" </dev/null >&2 ||
+        return 1
+    [[ -d $tree/plugins/opensearch-knn ]]
+}
+
+srv_unpack() {
+    local home zip tmp tree java=
+    home=$(srv_home)
+    srv_complete "$home" && return 0
+    if [[ $ENGINE == opensearch ]]; then
+        java=$(java_home) # bin/opensearch-plugin needs a JDK 21+ too
+    fi
+    srv_download
+    zip=$(srv_zip)
     command -v unzip >/dev/null || die "unzip not found (apt-get install unzip)"
     mkdir -p "$CACHE/servers"
     # Serialize concurrent unpacks; unpack into a temp dir on the same filesystem and
     # rename atomically, so a half-unpacked tree is never picked up.
     exec 8>"$CACHE/servers/.unpack.lock"
     flock 8
-    if [[ ! -x $home/bin/elasticsearch ]]; then
+    if ! srv_complete "$home"; then
         log "unpacking $(basename "$zip") into $home"
         tmp=$(mktemp -d "$CACHE/servers/.unpack.XXXXXX")
+        tree=$tmp/$ENGINE-$VERSION
         if ! unzip -q "$zip" -d "$tmp"; then
             rm -rf "$tmp"
             die "failed to unzip $zip"
         fi
-        [[ -x $tmp/elasticsearch-$VERSION/bin/elasticsearch ]] || {
+        [[ -x $tree/bin/$ENGINE ]] || {
             rm -rf "$tmp"
-            die "unexpected zip layout in $zip"
+            die "unexpected zip layout in $zip (no $ENGINE-$VERSION/bin/$ENGINE)"
         }
-        chmod -R a+rX "$tmp/elasticsearch-$VERSION"
-        rm -rf "$home" # leftover without bin/elasticsearch = broken tree
-        mv -T "$tmp/elasticsearch-$VERSION" "$home"
+        if [[ $ENGINE == opensearch ]] && ! os_install_knn "$tree" "$java"; then
+            rm -rf "$tmp"
+            die "installing the k-NN plugin ($(knn_zip)) failed"
+        fi
+        chmod -R a+rX "$tree"
+        rm -rf "$home" # leftover that is not complete = broken tree
+        mv -T "$tree" "$home"
         rm -rf "$tmp"
     fi
     flock -u 8
     exec 8>&-
 }
 
-es_stop() {
+# ---------------------------------------------------------------- server
+srv_stop() {
     local pid i
     pid=$(read_pid)
     if ! pid_alive "$pid"; then
@@ -263,7 +364,7 @@ es_stop() {
     log "stopped"
 }
 
-es_fail() {
+srv_fail() {
     local msg=$1 logf
     echo "$PROG: $msg" >&2
     for logf in "$INST_DIR/logs/startup.out" "$INST_DIR/logs/$NAME.log"; do
@@ -272,16 +373,47 @@ es_fail() {
             tail -n 40 "$logf" >&2
         fi
     done
-    es_stop >/dev/null 2>&1 || true
+    srv_stop >/dev/null 2>&1 || true
     exit 1
 }
 
-es_start() {
-    local pid home java_home heap_opts extra=() start_rc waited
+# Engine-specific -E settings for the unpacked tree $1, one per line. A setting is only
+# accepted when the module/plugin registering it ships in the tree, otherwise the node dies
+# with "unknown setting".
+engine_settings() {
+    local home=$1
+    case "$ENGINE" in
+        elasticsearch)
+            # Verified on the 9.2.8 integ-test-zip (modules: apm, transport-netty4,
+            # x-pack-core, x-pack-security): xpack.ml.enabled is registered by x-pack-core
+            # (accepted, a no-op there), while ingest.geoip.downloader.enabled is rejected
+            # (no ingest-geoip module).
+            [[ -d $home/modules/x-pack-security ]] && echo -Expack.security.enabled=false
+            [[ -d $home/modules/x-pack-core ]] && echo -Expack.ml.enabled=false
+            [[ -d $home/modules/ingest-geoip ]] && echo -Eingest.geoip.downloader.enabled=false
+            ;;
+        opensearch)
+            # The integ-test-zip has no security plugin (plain HTTP already); a full
+            # distribution would need it disabled. OpenSearch's ingest-geoip has no downloader.
+            [[ -d $home/plugins/opensearch-security ]] && echo -Eplugins.security.disabled=true
+            ;;
+    esac
+    return 0
+}
+
+srv_start() {
+    local pid home java heap_opts opts_var extra=() start_rc waited other
+    # An instance dir belongs to one engine (its data is not readable by the other); check
+    # before anything else, so a running instance of the other engine is left alone.
+    for other in elasticsearch opensearch; do
+        if [[ $other != "$ENGINE" && -f $INST_DIR/config/$other.yml ]]; then
+            die "instance $NAME was created for $other; choose another --name or remove $INST_DIR"
+        fi
+    done
     pid=$(read_pid)
     if ((FRESH)) && pid_alive "$pid"; then
         log "instance $NAME is running; restarting it with empty data (--fresh)"
-        es_stop
+        srv_stop
         pid=
     fi
     if pid_alive "$pid"; then
@@ -302,22 +434,31 @@ es_start() {
     fi
 
     if ! pid_alive "$(read_pid)"; then
-        java_home=${ES_JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}
-        [[ -x $java_home/bin/java ]] ||
-            die "no java at $java_home/bin/java; set ES_JAVA_HOME to a JDK 21+ (e.g. temurin-25)"
+        java=$(java_home)
         command -v curl >/dev/null || die "curl not found"
 
-        es_unpack
-        home=$(es_home)
+        srv_unpack
+        home=$(srv_home)
         ensure_server_user
 
         mkdir -p "$CACHE/instances"
         ((FRESH)) && { log "wiping $INST_DIR/data (--fresh)"; rm -rf "$INST_DIR/data"; }
         mkdir -p "$INST_DIR/data" "$INST_DIR/logs" "$INST_DIR/tmp"
-        # Per-instance config dir: ES writes its keystore there, so instances must not share it.
-        if [[ ! -f $INST_DIR/config/elasticsearch.yml ]]; then
+        # Per-instance config dir: the node writes its keystore there, so instances must
+        # not share it.
+        if [[ ! -f $INST_DIR/config/$ENGINE.yml ]]; then
             rm -rf "$INST_DIR/config"
             cp -R "$home/config" "$INST_DIR/config"
+        fi
+        if [[ $ENGINE == opensearch ]]; then
+            # bin/opensearch runs from OPENSEARCH_HOME (the shared, read-only tree), and the
+            # stock jvm.options writes gc.log, hs_err and heap dumps to paths relative to it.
+            # Point them at this instance (regenerated each start, so it follows the tree).
+            sed -e "s|file=logs/|file=$INST_DIR/logs/|" \
+                -e "s|-Xloggc:logs/|-Xloggc:$INST_DIR/logs/|" \
+                -e "s|-XX:ErrorFile=logs/|-XX:ErrorFile=$INST_DIR/logs/|" \
+                -e "s|-XX:HeapDumpPath=data\$|-XX:HeapDumpPath=$INST_DIR/data|" \
+                "$home/config/jvm.options" >"$INST_DIR/config/jvm.options"
         fi
         rm -f "$INST_DIR/logs/startup.out"
         if ((IS_ROOT)); then
@@ -326,17 +467,11 @@ es_start() {
             ensure_traversable "$INST_DIR"
         fi
 
-        # Settings are only accepted when the module registering them ships in the
-        # distribution, otherwise ES dies with "unknown setting". Verified on the 9.2.8
-        # integ-test-zip (modules: apm, transport-netty4, x-pack-core, x-pack-security):
-        # xpack.ml.enabled is registered by x-pack-core (accepted, a no-op there), while
-        # ingest.geoip.downloader.enabled is rejected (no ingest-geoip module).
-        [[ -d $home/modules/x-pack-security ]] && extra+=(-Expack.security.enabled=false)
-        [[ -d $home/modules/x-pack-core ]] && extra+=(-Expack.ml.enabled=false)
-        [[ -d $home/modules/ingest-geoip ]] && extra+=(-Eingest.geoip.downloader.enabled=false)
+        mapfile -t extra < <(engine_settings "$home")
 
         heap_opts="-Xms$HEAP -Xmx$HEAP"
-        log "starting elasticsearch $VERSION as instance $NAME on $URL (heap $HEAP)"
+        opts_var=${ENV_PREFIX}_JAVA_OPTS
+        log "starting $ENGINE $VERSION as instance $NAME on $URL (heap $HEAP)"
         start_rc=0
         (
             cd "$INST_DIR"
@@ -344,11 +479,11 @@ es_start() {
             ulimit -n 65535 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
             run_as_server_user env \
                 HOME="$INST_DIR" \
-                ES_JAVA_HOME="$java_home" \
-                ES_JAVA_OPTS="$heap_opts ${ES_JAVA_OPTS:-}" \
-                ES_PATH_CONF="$INST_DIR/config" \
-                ES_TMPDIR="$INST_DIR/tmp" \
-                "$home/bin/elasticsearch" -d -p "$PID_FILE" \
+                "${ENV_PREFIX}_JAVA_HOME=$java" \
+                "${ENV_PREFIX}_JAVA_OPTS=$heap_opts ${!opts_var:-}" \
+                "${ENV_PREFIX}_PATH_CONF=$INST_DIR/config" \
+                "${ENV_PREFIX}_TMPDIR=$INST_DIR/tmp" \
+                "$home/bin/$ENGINE" -d -p "$PID_FILE" \
                 -Ecluster.name="$NAME" \
                 -Enode.name="$NAME" \
                 -Ediscovery.type=single-node \
@@ -362,7 +497,7 @@ es_start() {
                 "${extra[@]}" \
                 </dev/null >"$INST_DIR/logs/startup.out" 2>&1
         ) || start_rc=$?
-        ((start_rc == 0)) || es_fail "bin/elasticsearch exited with status $start_rc"
+        ((start_rc == 0)) || srv_fail "bin/$ENGINE exited with status $start_rc"
     fi
 
     waited=0
@@ -370,17 +505,17 @@ es_start() {
         is_healthy && break
         pid=$(read_pid)
         if [[ -n $pid ]] && ! pid_alive "$pid"; then
-            es_fail "elasticsearch (pid $pid) died during startup"
+            srv_fail "$ENGINE (pid $pid) died during startup"
         fi
         sleep 1
         waited=$((waited + 1))
     done
-    is_healthy || es_fail "elasticsearch did not reach yellow health on $URL within ${START_TIMEOUT}s"
+    is_healthy || srv_fail "$ENGINE did not reach yellow health on $URL within ${START_TIMEOUT}s"
     log "instance $NAME is up (pid $(read_pid))"
     echo "$URL"
 }
 
-es_status() {
+srv_status() {
     local pid
     pid=$(read_pid)
     if pid_alive "$pid" && is_healthy; then
@@ -397,23 +532,13 @@ es_status() {
 }
 
 # ---------------------------------------------------------------- dispatch
-case "$ENGINE" in
-    elasticsearch)
-        case "$CMD" in
-            start) es_start ;;
-            stop) es_stop ;;
-            status) es_status ;;
-            url) echo "$URL" ;;
-            fetch) es_unpack && log "elasticsearch $VERSION ready in $(es_home)" ;;
-        esac
-        ;;
-    opensearch)
-        # Reserved: add os_start/os_stop/os_status (org.opensearch.distribution.zip) here.
-        echo "opensearch: not yet supported by this script" >&2
-        exit 2
-        ;;
-    *)
-        echo "$PROG: unknown engine: $ENGINE (supported: elasticsearch)" >&2
-        exit 2
+case "$CMD" in
+    start) srv_start ;;
+    stop) srv_stop ;;
+    status) srv_status ;;
+    url) echo "$URL" ;;
+    fetch)
+        srv_unpack
+        log "$ENGINE $VERSION ready in $(srv_home)"
         ;;
 esac

@@ -8,7 +8,8 @@
 #   every clone reuses it (torch alone is several GB). Dependencies are (re)installed when
 #   pyproject.toml changes; the checkout itself is always re-installed in editable mode so
 #   the venv points at the code you are running.
-# - The Elasticsearch integ-test distribution, downloaded and unpacked into the cache.
+# - The Elasticsearch and OpenSearch integ-test distributions (OpenSearch with the k-NN
+#   plugin installed), downloaded and unpacked into the cache; the test suite runs against both.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +37,10 @@ JAVA_HOME_ES=${ES_JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}
 if [[ ! -x $JAVA_HOME_ES/bin/java ]]; then
     log "warning: no Java 21+ at $JAVA_HOME_ES; set ES_JAVA_HOME to a JDK 21+ (Elasticsearch 9 needs it)"
 fi
+JAVA_HOME_OS=${OPENSEARCH_JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}
+if [[ ! -x $JAVA_HOME_OS/bin/java ]]; then
+    log "warning: no Java 21+ at $JAVA_HOME_OS; set OPENSEARCH_JAVA_HOME to a JDK 21+ (OpenSearch 3 needs it)"
+fi
 
 # ---------------------------------------------------------------- python environment
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
@@ -50,13 +55,16 @@ want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     log "installing dependencies into $VENV (first time: several GB, a few minutes)"
     "$VENV/bin/pip" install -q --upgrade pip >&2
-    "$VENV/bin/pip" install -q -e "$ROOT[dev]" >&2
+    "$VENV/bin/pip" install -q -e "${ROOT}[dev]" >&2
     echo "$want" >"$stamp"
 else
     "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT" >&2
 fi
 
 # ---------------------------------------------------------------- search server
-bash "$ROOT/scripts/search-server.sh" fetch >&2
+# OpenSearch's fetch also installs the k-NN plugin, which needs OPENSEARCH_JAVA_HOME (JDK 21+).
+for engine in elasticsearch opensearch; do
+    bash "$ROOT/scripts/search-server.sh" fetch --engine "$engine" >&2
+done
 
 echo "$VENV"

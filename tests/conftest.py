@@ -1,9 +1,11 @@
 """Shared test plumbing: real servers on loopback, real models from registry packages.
 
-Integration tests need a real Elasticsearch (and Redis, for the queue). The session
-starts them with ``scripts/search-server.sh`` / ``scripts/redis-server.sh`` on test ports,
-or reuses ``ES_RAG_ES_URL`` / ``ES_RAG_REDIS_URL`` when set. With ``CI=true`` a missing
-server or model FAILS the test; on a developer machine it skips with the reason.
+Integration tests need a real Elasticsearch AND a real OpenSearch (every test that uses
+``es_url`` runs once per engine), and Redis for the queue. The session starts them with
+``scripts/search-server.sh`` / ``scripts/redis-server.sh`` on test ports, or reuses
+``ES_RAG_ES_URL`` / ``ES_RAG_TEST_OS_URL`` / ``ES_RAG_REDIS_URL`` when set. With
+``CI=true`` a missing server or model FAILS the test; on a developer machine it skips with
+the reason.
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
 TEST_ES_PORT = int(os.environ.get("ES_RAG_TEST_ES_PORT", "9250"))
+TEST_OS_PORT = int(os.environ.get("ES_RAG_TEST_OS_PORT", "9270"))
 TEST_REDIS_PORT = int(os.environ.get("ES_RAG_TEST_REDIS_PORT", "6390"))
+# The integration suite runs against both engines; narrow it with e.g.
+# ES_RAG_TEST_ENGINES=elasticsearch while working on one.
+ENGINES = [
+    e.strip()
+    for e in os.environ.get("ES_RAG_TEST_ENGINES", "elasticsearch,opensearch").split(",")
+    if e.strip()
+]
 
 
 def missing(reason: str) -> NoReturn:
@@ -55,31 +65,64 @@ def _script(name: str, *args: str, timeout: float = 300) -> subprocess.Completed
     )
 
 
-@pytest.fixture(scope="session")
-def es_url() -> Iterator[str]:
-    """A real Elasticsearch for the whole session: ES_RAG_ES_URL, or one started here."""
-    url = os.environ.get("ES_RAG_ES_URL")
+def _search_server(engine: str, env_url: str, port: int, name: str) -> Iterator[str]:
+    """A real server of ``engine`` for the whole session: ``env_url``'s value, or one started."""
+    url = os.environ.get(env_url)
     started = False
     if not url:
         proc = _script(
-            "search-server.sh", "start", "--port", str(TEST_ES_PORT), "--name", "pytest", "--fresh"
+            "search-server.sh",
+            "start",
+            "--engine",
+            engine,
+            "--port",
+            str(port),
+            "--name",
+            name,
+            "--fresh",
         )
         if proc.returncode != 0:
-            missing(f"could not start Elasticsearch: {proc.stderr.strip()[-2000:]}")
+            missing(f"could not start {engine}: {proc.stderr.strip()[-2000:]}")
         url = proc.stdout.strip().splitlines()[-1]
         started = True
-    from elasticsearch import Elasticsearch
-
-    client = Elasticsearch(url, request_timeout=30)
     try:
-        client.cluster.health(wait_for_status="yellow", timeout="60s")
-    except Exception as exc:
-        missing(f"Elasticsearch at {url} is not reachable: {exc}")
-    finally:
-        client.close()
+        health = httpx.get(
+            f"{url}/_cluster/health",
+            params={"wait_for_status": "yellow", "timeout": "60s"},
+            timeout=70,
+        )
+        health.raise_for_status()
+    except httpx.HTTPError as exc:
+        missing(f"{engine} at {url} is not reachable: {exc}")
     yield url
     if started and not os.environ.get("ES_RAG_TEST_KEEP_SERVERS"):
-        _script("search-server.sh", "stop", "--port", str(TEST_ES_PORT), "--name", "pytest")
+        _script("search-server.sh", "stop", "--engine", engine, "--port", str(port), "--name", name)
+
+
+@pytest.fixture(scope="session")
+def elasticsearch_url() -> Iterator[str]:
+    """A real Elasticsearch: ES_RAG_ES_URL, or one started here for the session."""
+    yield from _search_server("elasticsearch", "ES_RAG_ES_URL", TEST_ES_PORT, "pytest")
+
+
+@pytest.fixture(scope="session")
+def opensearch_url() -> Iterator[str]:
+    """A real OpenSearch with the k-NN plugin: ES_RAG_TEST_OS_URL, or one started here."""
+    yield from _search_server("opensearch", "ES_RAG_TEST_OS_URL", TEST_OS_PORT, "pytest-os")
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine_name(request: pytest.FixtureRequest) -> str:
+    """Every integration test that touches the search server runs once per engine."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture(scope="session")
+def es_url(engine_name: str, request: pytest.FixtureRequest) -> str:
+    """The search server of the current engine (started once per session, per engine)."""
+    url: str = request.getfixturevalue(f"{engine_name}_url")
+    return url
 
 
 @pytest.fixture(scope="session")

@@ -1,141 +1,87 @@
-"""Connection to the search server and the cluster probe.
+"""Which engine: from settings, from the server itself, or from a client the caller made.
 
-The probe never calls ``GET /`` (``client.info()``): the integ-test distribution answers it
-with 405, and some proxies hide it. Version comes from the nodes API, the license from
-``_license`` and native RRF from a cheap capability check (a zero-size search with an
-``rrf`` retriever), because the license alone does not say whether the rank-rrf module is
-installed.
+``ES_RAG_ENGINE=auto`` (the default) asks the server once, at first use: ``GET /`` names
+OpenSearch in ``version.distribution``; Elasticsearch answers without it (or, on the
+integ-test distribution, with 405), so anything that is not OpenSearch is treated as
+Elasticsearch, whose own probe then reports what it is. The question is sent with
+``opensearch-py``'s transport because the ``elasticsearch`` client refuses any server that
+is not Elasticsearch before showing its answer.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import elastic_transport
-from elasticsearch import ApiError, Elasticsearch, NotFoundError
+from typing import Any
 
 from es_rag.config import Settings
-from es_rag.errors import EngineError, EngineUnavailableError
+from es_rag.engine.base import ClusterInfo, Engine
+from es_rag.errors import ConfigurationError, EngineError, EngineUnavailableError
 
-T = TypeVar("T")
-
-
-def make_client(settings: Settings) -> Elasticsearch:
-    """An Elasticsearch client from settings; creating it does no I/O."""
-    kwargs: dict[str, Any] = {
-        "request_timeout": settings.es_request_timeout,
-        "retry_on_timeout": True,
-        "max_retries": 3,
-    }
-    if settings.es_api_key is not None:
-        kwargs["api_key"] = settings.es_api_key.get_secret_value()
-    elif settings.es_username:
-        password = settings.es_password.get_secret_value() if settings.es_password else ""
-        kwargs["basic_auth"] = (settings.es_username, password)
-    if settings.es_ca_certs is not None:
-        kwargs["ca_certs"] = str(settings.es_ca_certs)
-    if settings.es_url.startswith("https"):
-        kwargs["verify_certs"] = settings.es_verify_certs
-    return Elasticsearch(settings.es_url, **kwargs)
+__all__ = ["ClusterInfo", "Engine", "detect_flavor", "engine_for_client", "make_engine"]
 
 
-@contextlib.contextmanager
-def engine_errors(what: str) -> Iterator[None]:
-    """Map client exceptions to es-rag's at the boundary, naming the operation."""
-    try:
-        yield
-    except elastic_transport.ConnectionError as exc:
-        raise EngineUnavailableError(f"{what}: search server unreachable ({exc})") from exc
-    except elastic_transport.ConnectionTimeout as exc:
-        raise EngineUnavailableError(f"{what}: search server timed out ({exc})") from exc
-    except ApiError as exc:
-        if exc.meta.status in (429, 502, 503, 504):
-            raise EngineUnavailableError(f"{what}: server busy ({exc.meta.status}: {exc})") from exc
-        raise EngineError(f"{what}: {exc.meta.status} {_reason(exc)}") from exc
+def make_engine(settings: Settings) -> Engine:
+    """The engine named by settings (or found by asking the server); the client is built here."""
+    flavor = settings.engine if settings.engine != "auto" else detect_flavor(settings)
+    if flavor == "opensearch":
+        from es_rag.engine.opensearch import OpenSearchEngine, make_opensearch_client
+
+        return OpenSearchEngine(
+            make_opensearch_client(settings), native_knn=settings.opensearch_native_knn
+        )
+    from es_rag.engine.elastic import ElasticsearchEngine, make_elasticsearch_client
+
+    return ElasticsearchEngine(make_elasticsearch_client(settings))
 
 
-def call(what: str, fn: Callable[[], T]) -> T:
-    with engine_errors(what):
-        return fn()
+def engine_for_client(client: Any, settings: Settings | None = None) -> Engine:
+    """Wrap a client the caller already has (``Elasticsearch`` or ``OpenSearch``)."""
+    if isinstance(client, Engine):
+        return client
+    from elasticsearch import Elasticsearch
 
+    if isinstance(client, Elasticsearch):
+        from es_rag.engine.elastic import ElasticsearchEngine
 
-def _reason(exc: ApiError) -> str:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error")
-    if isinstance(error, dict):
-        root = (error.get("root_cause") or [error])[0]
-        return f"{root.get('type', '')}: {root.get('reason', '')}".strip(": ")
-    return str(exc.message)
+        return ElasticsearchEngine(client)
+    from opensearchpy import OpenSearch
 
+    if isinstance(client, OpenSearch):
+        from es_rag.engine.opensearch import OpenSearchEngine
 
-@dataclass(frozen=True)
-class ClusterInfo:
-    """What the probe learnt; the searcher picks strategies from it."""
-
-    flavor: str  # "elasticsearch" (OpenSearch comes with its own issue)
-    version: str
-    license_type: str | None
-    native_rrf: bool
-    native_rrf_reason: str  # why not, when native_rrf is False
-
-    @property
-    def version_tuple(self) -> tuple[int, ...]:
-        return tuple(int(p) for p in self.version.split("-")[0].split(".")[:3] if p.isdigit())
-
-
-def probe_cluster(client: Elasticsearch, index: str) -> ClusterInfo:
-    version = _node_version(client)
-    license_type = _license_type(client)
-    ok, reason = _native_rrf_available(client, index)
-    return ClusterInfo(
-        flavor="elasticsearch",
-        version=version,
-        license_type=license_type,
-        native_rrf=ok,
-        native_rrf_reason=reason,
+        native = settings.opensearch_native_knn if settings else False
+        return OpenSearchEngine(client, native_knn=native)
+    raise ConfigurationError(
+        f"client must be an elasticsearch.Elasticsearch or opensearchpy.OpenSearch, "
+        f"not {type(client).__name__}"
     )
 
 
-def _node_version(client: Elasticsearch) -> str:
-    with engine_errors("probe nodes"):
-        nodes = client.nodes.info(node_id="_local", metric="_none", filter_path="nodes.*.version")
-    for node in (nodes.body.get("nodes") or {}).values():
-        return str(node.get("version", "unknown"))
-    return "unknown"
+def detect_flavor(settings: Settings) -> str:
+    """``opensearch`` or ``elasticsearch``, from the server's ``GET /``."""
+    from opensearchpy import exceptions as os_exc
 
+    from es_rag.engine.opensearch import make_opensearch_client
 
-def _license_type(client: Elasticsearch) -> str | None:
+    if settings.es_api_key is not None:
+        # OpenSearch has no API keys: a key means Elasticsearch (checked by its own probe).
+        return "elasticsearch"
+    client = make_opensearch_client(settings)
     try:
-        lic = client.license.get()
-    except (ApiError, elastic_transport.TransportError):
-        return None  # no license API (OSS builds, proxies): the capability check decides
-    return str(lic.body.get("license", {}).get("type") or "") or None
-
-
-def _native_rrf_available(client: Elasticsearch, index: str) -> tuple[bool, str]:
-    body = {
-        "size": 0,
-        "retriever": {
-            "rrf": {
-                "retrievers": [
-                    {"standard": {"query": {"match_none": {}}}},
-                    {"standard": {"query": {"match_none": {}}}},
-                ]
-            }
-        },
-    }
-    try:
-        client.search(index=index, body=body, ignore_unavailable=True, allow_no_indices=True)
-    except NotFoundError as exc:
-        return False, f"index {index!r} not found ({_reason(exc)})"
-    except ApiError as exc:
-        reason = _reason(exc)
-        if exc.meta.status == 403 or "license" in reason.lower():
-            return False, f"the cluster's license does not allow RRF ({reason})"
-        return False, f"the cluster has no rrf retriever ({reason})"
-    except elastic_transport.TransportError as exc:
-        raise EngineUnavailableError(f"probe: search server unreachable ({exc})") from exc
-    return True, ""
+        root = client.transport.perform_request("GET", "/")
+    except (os_exc.ConnectionTimeout, os_exc.ConnectionError) as exc:
+        raise EngineUnavailableError(
+            f"detect engine: search server unreachable at {settings.es_url} ({exc})"
+        ) from exc
+    except os_exc.TransportError as exc:
+        if exc.status_code in (401, 403):
+            raise EngineError(
+                f"detect engine: {exc.status_code} from {settings.es_url}; check the "
+                "credentials, or set ES_RAG_ENGINE to skip detection"
+            ) from exc
+        return "elasticsearch"  # e.g. 405 from Elasticsearch's integ-test distribution
+    finally:
+        client.close()
+    version = root.get("version") if isinstance(root, dict) else None
+    if isinstance(version, dict) and version.get("distribution") == "opensearch":
+        return "opensearch"
+    return "elasticsearch"

@@ -12,9 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import Elasticsearch, NotFoundError, helpers
-
-from es_rag.engine.client import call, engine_errors
+from es_rag.engine.base import Engine
 from es_rag.engine.mapping import IndexContract
 from es_rag.errors import BulkIndexingError, IndexContractError
 
@@ -50,18 +48,13 @@ class BulkOutcome:
 class ChunkIndex:
     """One alias and the concrete index behind it. Construction does no I/O."""
 
-    def __init__(self, client: Elasticsearch, alias: str) -> None:
-        self.client = client
+    def __init__(self, engine: Engine, alias: str) -> None:
+        self.engine = engine
         self.alias = alias
 
     # --- lifecycle -----------------------------------------------------------------------
     def concrete_indices(self) -> list[str]:
-        with engine_errors(f"resolve alias {self.alias}"):
-            try:
-                resp = self.client.indices.get_alias(name=self.alias)
-            except NotFoundError:
-                return []
-        return sorted(resp.body)
+        return self.engine.alias_indices(self.alias)
 
     def exists(self) -> bool:
         return bool(self.concrete_indices())
@@ -70,16 +63,14 @@ class ChunkIndex:
         indices = self.concrete_indices()
         if not indices:
             return None
-        resp = call("read mapping", lambda: self.client.indices.get_mapping(index=indices[-1]))
-        meta = resp.body[indices[-1]]["mappings"].get("_meta") or {}
+        meta = self.engine.mapping(indices[-1]).get("_meta") or {}
         return IndexContract.from_meta(meta)
 
     def mapping_properties(self) -> dict[str, Any]:
         indices = self.concrete_indices()
         if not indices:
             raise IndexContractError(f"no index behind {self.alias!r}")
-        resp = call("read mapping", lambda: self.client.indices.get_mapping(index=indices[-1]))
-        props: dict[str, Any] = resp.body[indices[-1]]["mappings"].get("properties", {})
+        props: dict[str, Any] = self.engine.mapping(indices[-1]).get("properties", {})
         return props
 
     def ensure(self, body: dict[str, Any], contract: IndexContract) -> tuple[str, bool]:
@@ -92,14 +83,14 @@ class ChunkIndex:
         if indices:
             self.check_contract(contract, keys=WRITE_KEYS)
             return indices[-1], False
-        if call("check name", lambda: self.client.indices.exists(index=self.alias)).body:
+        if self.engine.index_exists(self.alias):
             raise IndexContractError(
                 f"{self.alias!r} is a concrete index, not an alias; es-rag needs the name "
                 "for its alias (set ES_RAG_INDEX to another name)"
             )
         name = f"{self.alias}-{self._next_number()}"
         body = {**body, "aliases": {self.alias: {"is_write_index": True}}}
-        call(f"create index {name}", lambda: self.client.indices.create(index=name, body=body))
+        self.engine.create_index(name, body)
         return name, True
 
     def check_contract(self, expected: IndexContract, *, keys: tuple[str, ...]) -> None:
@@ -118,15 +109,12 @@ class ChunkIndex:
 
     def _next_number(self) -> int:
         pattern = re.compile(rf"^{re.escape(self.alias)}-(\d+)$")
-        resp = call(
-            "list indices",
-            lambda: self.client.indices.get(index=f"{self.alias}-*", allow_no_indices=True),
-        )
-        numbers = [int(m.group(1)) for name in resp.body if (m := pattern.match(name))]
+        names = self.engine.list_indices(f"{self.alias}-*")
+        numbers = [int(m.group(1)) for name in names if (m := pattern.match(name))]
         return max(numbers, default=0) + 1
 
     def refresh(self) -> None:
-        call("refresh", lambda: self.client.indices.refresh(index=self.alias))
+        self.engine.refresh(self.alias)
 
     # --- per document --------------------------------------------------------------------
     def doc_state(self, doc_id: str) -> DocState:
@@ -140,14 +128,14 @@ class ChunkIndex:
                 "counts": {"terms": {"field": "chunk_count", "size": 3}},
             },
         }
-        resp = call("read document state", lambda: self.client.search(index=self.alias, body=body))
-        aggs = resp.body.get("aggregations", {})
+        resp = self.engine.search(self.alias, body)
+        aggs = resp.get("aggregations", {})
 
         def keys(name: str) -> tuple[Any, ...]:
             return tuple(b["key"] for b in aggs.get(name, {}).get("buckets", []))
 
         return DocState(
-            count=int(resp.body["hits"]["total"]["value"]),
+            count=int(resp["hits"]["total"]["value"]),
             doc_hashes=keys("hashes"),
             embedding_versions=keys("versions"),
             chunk_counts=tuple(int(k) for k in keys("counts")),
@@ -155,16 +143,12 @@ class ChunkIndex:
 
     def chunk_locations(self, doc_id: str) -> dict[str, str]:
         """chunk id → concrete index for every row of ``doc_id`` (scan, no _source)."""
-        with engine_errors(f"list chunks of {doc_id}"):
-            return {
-                hit["_id"]: hit["_index"]
-                for hit in helpers.scan(
-                    self.client,
-                    index=self.alias,
-                    query={"query": {"term": {"doc_id": doc_id}}, "_source": False},
-                    size=1000,
-                )
-            }
+        return {
+            hit["_id"]: hit["_index"]
+            for hit in self.engine.scan(
+                self.alias, {"query": {"term": {"doc_id": doc_id}}, "_source": False}
+            )
+        }
 
     # --- writes --------------------------------------------------------------------------
     def bulk(
@@ -175,38 +159,34 @@ class ChunkIndex:
         max_retries: int = 5,
         initial_backoff: float = 1.0,
     ) -> BulkOutcome:
-        """Stream actions through ``helpers.streaming_bulk``.
+        """Stream actions through the client library's ``helpers.streaming_bulk``.
 
         429s are retried with exponential backoff by the helper; every other per-item
         failure is collected (never dropped) for the caller to report or roll back.
         Connection failures raise ``EngineUnavailableError``.
         """
         outcome = BulkOutcome()
-        with engine_errors("bulk write"):
-            for ok, item in helpers.streaming_bulk(
-                self.client,
-                actions,
-                chunk_size=chunk_size,
-                max_retries=max_retries,
-                initial_backoff=initial_backoff,
-                raise_on_error=False,
-                raise_on_exception=True,
-            ):
-                if ok:
-                    outcome.ok += 1
-                else:
-                    op, detail = next(iter(item.items()))
-                    if op == "delete" and detail.get("status") == 404:
-                        outcome.ok += 1  # already gone: the goal of a delete is met
-                        continue
-                    outcome.failures.append(
-                        {
-                            "op": op,
-                            "chunk_id": detail.get("_id"),
-                            "status": detail.get("status"),
-                            "error": detail.get("error"),
-                        }
-                    )
+        for ok, item in self.engine.streaming_bulk(
+            actions,
+            chunk_size=chunk_size,
+            max_retries=max_retries,
+            initial_backoff=initial_backoff,
+        ):
+            if ok:
+                outcome.ok += 1
+                continue
+            op, detail = next(iter(item.items()))
+            if op == "delete" and detail.get("status") == 404:
+                outcome.ok += 1  # already gone: the goal of a delete is met
+                continue
+            outcome.failures.append(
+                {
+                    "op": op,
+                    "chunk_id": detail.get("_id"),
+                    "status": detail.get("status"),
+                    "error": detail.get("error"),
+                }
+            )
         return outcome
 
     def delete_chunks(self, locations: dict[str, str], *, chunk_size: int = 500) -> BulkOutcome:

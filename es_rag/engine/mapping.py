@@ -90,11 +90,56 @@ def vector_index_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def build_index_body(settings: Settings, contract: IndexContract) -> dict[str, Any]:
-    """The ``indices.create`` body: the template with every placeholder filled in."""
+# Elasticsearch similarity → OpenSearch k-NN space type with the same score for unit vectors.
+OPENSEARCH_SPACE_TYPES = {
+    "cosine": "cosinesimil",
+    "dot_product": "innerproduct",
+    "max_inner_product": "innerproduct",
+    "l2_norm": "l2",
+}
+OPENSEARCH_KNN_ENGINES = ("lucene", "faiss", "nmslib")
+
+
+def opensearch_knn_method(settings: Settings, similarity: str) -> dict[str, Any]:
+    """The ``method`` of an OpenSearch ``knn_vector``, always explicit.
+
+    Without a method OpenSearch 3.x picks faiss, a native library that a cluster may lack
+    (then the node dies at the first refresh), so the engine is always written out: lucene
+    by default, pure Java, served wherever the k-NN plugin runs. ``int8_hnsw`` maps to
+    Lucene's scalar quantisation (the ``sq`` encoder), as on Elasticsearch.
+    """
+    engine = settings.opensearch_knn_engine
+    if engine not in OPENSEARCH_KNN_ENGINES:
+        raise ConfigurationError(
+            f"unknown opensearch_knn_engine {engine!r}; expected one of {OPENSEARCH_KNN_ENGINES}"
+        )
+    kind = settings.vector_index_type
+    if kind not in ("hnsw", "int8_hnsw") or (kind == "int8_hnsw" and engine != "lucene"):
+        raise ConfigurationError(
+            f"vector_index_type {kind!r} is not available with the OpenSearch {engine} engine; "
+            "use hnsw (or int8_hnsw with the lucene engine)"
+        )
+    parameters: dict[str, Any] = {
+        "m": settings.hnsw_m,
+        "ef_construction": settings.hnsw_ef_construction,
+    }
+    if kind == "int8_hnsw":
+        parameters["encoder"] = {"name": "sq"}
+    return {
+        "name": "hnsw",
+        "engine": engine,
+        "space_type": OPENSEARCH_SPACE_TYPES[similarity],
+        "parameters": parameters,
+    }
+
+
+def build_index_body(
+    settings: Settings, contract: IndexContract, *, engine: str = "elasticsearch"
+) -> dict[str, Any]:
+    """The ``indices.create`` body: the engine's template with every placeholder filled in."""
     if contract.similarity == "dot_product" and not settings.embedding_normalize:
         raise ConfigurationError("similarity dot_product needs normalised embeddings")
-    template = load_mapping_template("elasticsearch", contract.mapping_version)
+    template = load_mapping_template(engine, contract.mapping_version)
     body = {
         "settings": copy.deepcopy(template["settings"]),
         "mappings": copy.deepcopy(template["mappings"]),
@@ -102,9 +147,13 @@ def build_index_body(settings: Settings, contract: IndexContract) -> dict[str, A
     body["settings"]["index"]["number_of_shards"] = settings.number_of_shards
     body["settings"]["index"]["number_of_replicas"] = settings.number_of_replicas
     vector = body["mappings"]["properties"]["embedding"]
-    vector["dims"] = contract.dims
-    vector["similarity"] = contract.similarity
-    vector["index_options"] = vector_index_options(settings)
+    if engine == "opensearch":
+        vector["dimension"] = contract.dims
+        vector["method"] = opensearch_knn_method(settings, contract.similarity)
+    else:
+        vector["dims"] = contract.dims
+        vector["similarity"] = contract.similarity
+        vector["index_options"] = vector_index_options(settings)
     body["mappings"]["_meta"] = contract.to_meta()
     _check_filled(body)
     return body

@@ -113,6 +113,126 @@ def knn_body(
     }
 
 
+def opensearch_knn_query(
+    vector: Sequence[float],
+    *,
+    acl: dict[str, Any],
+    k: int,
+    num_candidates: int,
+    filters: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """OpenSearch's kNN query with the ACL as its efficient filter.
+
+    The filter sits inside ``knn.<field>.filter``, so the k-NN plugin applies it while it
+    walks the graph (lucene and faiss engines) and k hits are k visible hits; a ``bool``
+    around the knn query would post-filter instead. ``ef_search`` plays the part of
+    Elasticsearch's ``num_candidates``.
+    """
+    return {
+        "knn": {
+            VECTOR_FIELD: {
+                "vector": list(vector),
+                "k": k,
+                "filter": {"bool": {"filter": retrieval_filters(acl, filters)}},
+                "method_parameters": {"ef_search": max(num_candidates, k)},
+            }
+        }
+    }
+
+
+def opensearch_knn_body(
+    vector: Sequence[float],
+    *,
+    acl: dict[str, Any],
+    size: int,
+    num_candidates: int,
+    filters: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    return {
+        "query": opensearch_knn_query(
+            vector, acl=acl, k=size, num_candidates=num_candidates, filters=filters
+        ),
+        "size": size,
+        "_source": {"excludes": SOURCE_EXCLUDES},
+        "track_total_hits": False,
+    }
+
+
+def opensearch_hybrid_body(
+    query_terms: str,
+    vector: Sequence[float],
+    *,
+    acl: dict[str, Any],
+    size: int,
+    rank_window_size: int,
+    num_candidates: int,
+    filters: Sequence[dict[str, Any]] = (),
+    content_boost: float = 1.0,
+    title_boost: float = 0.5,
+) -> dict[str, Any]:
+    """OpenSearch ``hybrid`` query: BM25 and kNN clauses, fused by a search pipeline.
+
+    Each clause carries the ACL itself (the hybrid query's own ``filter`` is newer than
+    2.19 and would not reach inside the kNN graph walk). ``pagination_depth`` is each
+    clause's window, the counterpart of ``rank_window_size``.
+    """
+    return {
+        "query": {
+            "hybrid": {
+                "queries": [
+                    bm25_query(
+                        query_terms,
+                        acl=acl,
+                        filters=filters,
+                        content_boost=content_boost,
+                        title_boost=title_boost,
+                    ),
+                    opensearch_knn_query(
+                        vector,
+                        acl=acl,
+                        k=rank_window_size,
+                        num_candidates=num_candidates,
+                        filters=filters,
+                    ),
+                ],
+                "pagination_depth": rank_window_size,
+            }
+        },
+        "size": min(size, rank_window_size),
+        "_source": {"excludes": SOURCE_EXCLUDES},
+    }
+
+
+def opensearch_rrf_pipeline(
+    *, rank_constant: int, bm25_weight: float = 1.0, knn_weight: float = 1.0
+) -> dict[str, Any]:
+    """The search pipeline that fuses a hybrid query's clauses by RRF (2.19+).
+
+    The processor wants weights in [0, 1] summing to 1; RRF with weights scaled by one
+    factor ranks exactly as with the originals, so es-rag's weights are normalised.
+    """
+    combination: dict[str, Any] = {"technique": "rrf", "rank_constant": rank_constant}
+    if bm25_weight != knn_weight:
+        total = bm25_weight + knn_weight
+        combination["parameters"] = {
+            "weights": [round(bm25_weight / total, 6), round(knn_weight / total, 6)]
+        }
+    return {
+        "description": "es-rag: reciprocal rank fusion of a hybrid query (BM25, kNN)",
+        "phase_results_processors": [{"score-ranker-processor": {"combination": combination}}],
+    }
+
+
+def opensearch_pipeline_name(
+    base: str, *, rank_constant: int, bm25_weight: float = 1.0, knn_weight: float = 1.0
+) -> str:
+    """One pipeline per fusion setting, so searchers with other settings never rewrite it."""
+    name = f"{base}-rc{rank_constant}"
+    if bm25_weight != knn_weight:
+        name += f"-w{bm25_weight:g}-{knn_weight:g}"
+    return name
+
+
 def msearch_pair(index: str, bm25: dict[str, Any], knn: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``_msearch`` searches for client-side RRF: BM25 first, kNN second, one round trip."""
     return [{"index": index}, bm25, {"index": index}, knn]

@@ -144,6 +144,9 @@ def parse_filters(exprs: Sequence[str]) -> list[FieldFilter]:
 # --------------------------------------------------------------------------- mapping
 
 
+_SAME_RULES = {"flat_object": "flattened"}
+
+
 def field_types(mapping_properties: dict[str, Any]) -> dict[str, str]:
     """Every addressable path of a mapping with its type, multi-fields included.
 
@@ -156,6 +159,7 @@ def field_types(mapping_properties: dict[str, Any]) -> dict[str, str]:
         for name, spec in props.items():
             path = f"{prefix}{name}"
             kind = spec.get("type", "object" if "properties" in spec else "unknown")
+            kind = _SAME_RULES.get(kind, kind)
             out[path] = kind
             for sub, sub_spec in spec.get("fields", {}).items():
                 out[f"{path}.{sub}"] = sub_spec.get("type", "unknown")

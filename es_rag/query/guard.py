@@ -9,7 +9,8 @@ What must carry the clause (``acl`` itself, as one element of a ``filter`` list)
 - every ``knn`` clause (top-level ``knn``, a list of them, and the ``knn`` retriever) in its
   ``filter``,
 - every ``standard`` retriever's query, recursively through ``rrf``/``linear`` retrievers,
-- OpenSearch-style ``knn`` queries (``query.knn.<field>.filter``) likewise,
+- OpenSearch-style ``knn`` queries (``query.knn.<field>.filter``, the ACL or a ``bool``
+  whose ``filter`` holds it) likewise, and every clause of an OpenSearch ``hybrid`` query,
 - every search body of an ``_msearch``.
 """
 
@@ -34,8 +35,21 @@ def _query_ok(query: Any, acl: dict[str, Any]) -> bool:
         return _has_acl(query["bool"].get("filter"), acl)
     if "knn" in query:  # OpenSearch knn query: {"knn": {field: {"vector":…, "filter":…}}}
         inner = query["knn"]
-        return bool(inner) and all(_has_acl(spec.get("filter"), acl) for spec in inner.values())
+        return bool(inner) and all(_knn_filter_ok(spec, acl) for spec in inner.values())
+    if "hybrid" in query:  # OpenSearch hybrid query: every clause on its own
+        clauses = query["hybrid"].get("queries") or []
+        return bool(clauses) and all(_query_ok(clause, acl) for clause in clauses)
     return False
+
+
+def _knn_filter_ok(spec: Any, acl: dict[str, Any]) -> bool:
+    """The OpenSearch kNN ``filter`` is one query: the ACL itself or a bool holding it."""
+    if not isinstance(spec, dict):
+        return False
+    flt = spec.get("filter")
+    if _has_acl(flt, acl):
+        return True
+    return isinstance(flt, dict) and "bool" in flt and _has_acl(flt["bool"].get("filter"), acl)
 
 
 def _retriever_problems(retriever: Any, acl: dict[str, Any], path: str) -> Iterator[str]:

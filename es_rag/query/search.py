@@ -15,19 +15,16 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
 from es_rag.acl import acl_filter, make_caller
 from es_rag.analysis import TextAnalyzer
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
-from es_rag.engine.client import ClusterInfo, call, probe_cluster
+from es_rag.engine.base import ClusterInfo
 from es_rag.engine.index import ChunkIndex
 from es_rag.engine.mapping import IndexContract
 from es_rag.errors import (
     AnalyzerMismatchError,
     ConfigurationError,
-    EngineError,
     IndexContractError,
     StrategyUnavailableError,
 )
@@ -39,7 +36,15 @@ from es_rag.query.guard import check_body, check_msearch
 from es_rag.query.rerank import Reranker, build_reranker
 from es_rag.types import Caller, Hit, SearchResponse
 
-STRATEGIES = ("auto", "bm25", "knn", "client-rrf", "client-linear", "native-rrf")
+STRATEGIES = (
+    "auto",
+    "bm25",
+    "knn",
+    "client-rrf",
+    "client-linear",
+    "native-rrf",
+    "opensearch-hybrid",
+)
 _RRF_RANKS = re.compile(r"computed for initial ranks \[([0-9, ]*)\]")
 _QUERY_INDEX = re.compile(r"in query at index \[(\d+)\]")
 
@@ -51,7 +56,7 @@ class Searcher(Parts):
         self,
         settings: Settings,
         *,
-        client: Elasticsearch | None = None,
+        client: Any = None,
         embedder: Embedder | None = None,
         analyzer: TextAnalyzer | None = None,
         reranker: Reranker | None = None,
@@ -62,16 +67,17 @@ class Searcher(Parts):
         self._field_types: dict[str, str] | None = None
         self._reranker: Reranker | None = reranker
         self._qcache: OrderedDict[str, list[float]] = OrderedDict()
+        self._pipelines: set[str] = set()
 
     def cluster(self) -> ClusterInfo:
         if self._cluster is None:
-            self._cluster = probe_cluster(self.client, self.settings.index)
+            self._cluster = self.engine.probe(self.settings.index)
         return self._cluster
 
     def contract(self) -> IndexContract:
         """The index's contract, checked once against this searcher's analyzer and model."""
         if self._contract is None:
-            contract = ChunkIndex(self.client, self.settings.index).contract()
+            contract = ChunkIndex(self.engine, self.settings.index).contract()
             if contract is None:
                 raise IndexContractError(
                     f"no es-rag index behind {self.settings.index!r}: "
@@ -103,12 +109,23 @@ class Searcher(Parts):
             if not info.native_rrf:
                 raise StrategyUnavailableError(f"native-rrf cannot run: {info.native_rrf_reason}")
             return name, None
+        if name == "opensearch-hybrid":
+            info = self.cluster()
+            if not info.hybrid:
+                raise StrategyUnavailableError(
+                    f"opensearch-hybrid cannot run: {info.hybrid_reason}"
+                )
+            return name, None
         if name == "auto" and self.settings.fusion == "linear":
             return "client-linear", None  # score fusion runs here, on any cluster
         if name == "auto":
             info = self.cluster()
             if info.native_rrf:
                 return "native-rrf", None
+            if info.hybrid:
+                return "opensearch-hybrid", None
+            if info.flavor == "opensearch":
+                return "client-rrf", f"opensearch-hybrid unavailable: {info.hybrid_reason}"
             return "client-rrf", f"native RRF unavailable: {info.native_rrf_reason}"
         return name, None
 
@@ -171,7 +188,7 @@ class Searcher(Parts):
             )
             hits = self._single(self._search(body, acl, highlight), "bm25")
         elif name == "knn":
-            body = build.knn_body(
+            body = self._knn_body(
                 vector,
                 acl=acl,
                 size=depth,
@@ -188,7 +205,7 @@ class Searcher(Parts):
                 content_boost=s.content_boost,
                 title_boost=s.title_boost,
             )
-            knn = build.knn_body(
+            knn = self._knn_body(
                 vector,
                 acl=acl,
                 size=window,
@@ -202,6 +219,21 @@ class Searcher(Parts):
             t0 = time.perf_counter()
             hits = self._client_fuse(responses, window=window, method=name)[:depth]
             timings["fuse"] = _ms(t0)
+        elif name == "opensearch-hybrid":
+            body = build.opensearch_hybrid_body(
+                terms,
+                vector,
+                acl=acl,
+                size=depth,
+                rank_window_size=window,
+                num_candidates=max(s.num_candidates, window),
+                filters=clauses,
+                content_boost=s.content_boost,
+                title_boost=s.title_boost,
+            )
+            pipeline = self._hybrid_pipeline()
+            resp = self._search(body, acl, highlight, params={"search_pipeline": pipeline})
+            hits = self._hybrid(resp)
         else:
             body = build.native_rrf_body(
                 terms,
@@ -256,7 +288,7 @@ class Searcher(Parts):
             return []
         parsed = [parse_filter(f) if isinstance(f, str) else f for f in filters]
         if self._field_types is None:
-            index = ChunkIndex(self.client, self.settings.index)
+            index = ChunkIndex(self.engine, self.settings.index)
             self._field_types = field_types(index.mapping_properties())
         return to_clauses(parsed, self._field_types)
 
@@ -358,25 +390,49 @@ class Searcher(Parts):
 
     # --- execution -----------------------------------------------------------------------
     def _search(
-        self, body: dict[str, Any], acl: dict[str, Any], highlight: dict[str, Any] | None
+        self,
+        body: dict[str, Any],
+        acl: dict[str, Any],
+        highlight: dict[str, Any] | None,
+        *,
+        params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         if highlight:
             body["highlight"] = highlight
         check_body(body, acl)
-        resp = call("search", lambda: self.client.search(index=self.settings.index, body=body))
-        return dict(resp.body)
+        return self.engine.search(self.settings.index, body, params=params)
 
     def _msearch(self, searches: list[dict[str, Any]], acl: dict[str, Any]) -> list[dict[str, Any]]:
         check_msearch(searches, acl)
-        resp = call("msearch", lambda: self.client.msearch(searches=searches))
-        out = []
-        for item in resp.body["responses"]:
-            if "error" in item:
-                err = item["error"]
-                reason = err.get("reason") if isinstance(err, dict) else err
-                raise EngineError(f"msearch: {item.get('status')} {reason}")
-            out.append(item)
-        return out
+        return self.engine.msearch(searches)
+
+    def _knn_body(
+        self,
+        vector: Sequence[float],
+        *,
+        acl: dict[str, Any],
+        size: int,
+        num_candidates: int,
+        filters: Sequence[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The engine's kNN search shape; both pre-filter by the ACL inside the graph walk."""
+        make = build.opensearch_knn_body if self.engine.flavor == "opensearch" else build.knn_body
+        return make(vector, acl=acl, size=size, num_candidates=num_candidates, filters=filters)
+
+    def _hybrid_pipeline(self) -> str:
+        """The RRF search pipeline for these fusion settings, created once if missing."""
+        s = self.settings
+        weights = {"bm25_weight": s.bm25_weight, "knn_weight": s.knn_weight}
+        name = build.opensearch_pipeline_name(
+            s.opensearch_search_pipeline, rank_constant=s.rank_constant, **weights
+        )
+        if name not in self._pipelines:
+            ensure = getattr(self.engine, "ensure_search_pipeline", None)
+            if ensure is None:
+                raise StrategyUnavailableError("opensearch-hybrid needs an OpenSearch engine")
+            ensure(name, build.opensearch_rrf_pipeline(rank_constant=s.rank_constant, **weights))
+            self._pipelines.add(name)
+        return name
 
     def _single(self, resp: Mapping[str, Any], retriever: str) -> list[Hit]:
         hits = []
@@ -424,6 +480,20 @@ class Searcher(Parts):
             }
             hit = _hit(by_id[f.doc_id], score=f.score, ranks=dict(f.ranks), scores=scores)
             hit.explain = _explain(f.ranks, scores, f.contributions, f.score, label)
+            hits.append(hit)
+        return hits
+
+    def _hybrid(self, resp: Mapping[str, Any]) -> list[Hit]:
+        """Hits fused by the server's RRF pipeline, which reports only the fused score."""
+        hits = []
+        for raw in resp["hits"]["hits"]:
+            score = float(raw.get("_score") or 0.0)
+            ranks: dict[str, int | None] = {"bm25": None, "knn": None}
+            hit = _hit(raw, score=score, ranks=ranks, scores={"rrf": score})
+            hit.explain = {
+                "rrf": score,
+                "note": "the hybrid query reports the fused score only, not each clause's rank",
+            }
             hits.append(hit)
         return hits
 

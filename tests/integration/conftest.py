@@ -4,21 +4,23 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from es_rag.analysis import TextAnalyzer
 from es_rag.config import Settings
 from es_rag.embedding import SentenceTransformerEmbedder
+from es_rag.engine.client import Engine, make_engine
 from es_rag.pipeline import Ingestor
 from es_rag.query.search import Searcher
 from tests.conftest import unique_index
 
 
 @pytest.fixture(scope="session")
-def es_client(es_url: str) -> Iterator[Elasticsearch]:
-    client = Elasticsearch(es_url, request_timeout=60)
-    yield client
-    client.close()
+def engine(es_url: str, engine_name: str) -> Iterator[Engine]:
+    """es-rag's engine adapter for the current server: tests read through the same API."""
+    made = make_engine(Settings(es_url=es_url, engine=engine_name, es_request_timeout=60))  # type: ignore[arg-type]
+    assert made.flavor == engine_name
+    yield made
+    made.close()
 
 
 @pytest.fixture(scope="session")
@@ -32,15 +34,14 @@ def analyzer() -> TextAnalyzer:
     return TextAnalyzer("english")
 
 
-def drop_alias(client: Elasticsearch, alias: str) -> None:
-    if client.indices.exists_alias(name=alias):
-        for name in client.indices.get_alias(name=alias).body:
-            client.indices.delete(index=name, ignore_unavailable=True)
+def drop_alias(engine: Engine, alias: str) -> None:
+    for name in engine.alias_indices(alias):
+        engine.delete_index(name)
 
 
 @pytest.fixture
 def make_settings(
-    es_url: str, minilm_path: str, es_client: Elasticsearch
+    es_url: str, minilm_path: str, engine: Engine
 ) -> Iterator[Callable[..., Settings]]:
     """Settings for a fresh, uniquely named index that is deleted after the test."""
     made: list[str] = []
@@ -48,6 +49,7 @@ def make_settings(
     def factory(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "es_url": es_url,
+            "engine": engine.flavor,
             "index": unique_index(),
             "embedding_model": minilm_path,
             "chunk_size": 120,
@@ -59,24 +61,24 @@ def make_settings(
 
     yield factory
     for alias in made:
-        drop_alias(es_client, alias)
+        drop_alias(engine, alias)
 
 
 @pytest.fixture
 def ingestor_for(
-    es_client: Elasticsearch, embedder: SentenceTransformerEmbedder, analyzer: TextAnalyzer
+    engine: Engine, embedder: SentenceTransformerEmbedder, analyzer: TextAnalyzer
 ) -> Callable[[Settings], Ingestor]:
     def factory(settings: Settings) -> Ingestor:
-        return Ingestor(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+        return Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
 
     return factory
 
 
 @pytest.fixture
 def searcher_for(
-    es_client: Elasticsearch, embedder: SentenceTransformerEmbedder, analyzer: TextAnalyzer
+    engine: Engine, embedder: SentenceTransformerEmbedder, analyzer: TextAnalyzer
 ) -> Callable[[Settings], Searcher]:
     def factory(settings: Settings) -> Searcher:
-        return Searcher(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+        return Searcher(settings, client=engine, embedder=embedder, analyzer=analyzer)
 
     return factory

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from elasticsearch import Elasticsearch
 
+from es_rag.engine.client import Engine
 from tests.conftest import unique_index
 from tests.integration.conftest import drop_alias
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def cli_env(es_url: str, minilm_path: str, es_client: Elasticsearch) -> Iterator[dict[str, str]]:
+def cli_env(es_url: str, minilm_path: str, engine: Engine) -> Iterator[dict[str, str]]:
     env = {
         **os.environ,
         "ES_RAG_ES_URL": es_url,
@@ -28,7 +28,7 @@ def cli_env(es_url: str, minilm_path: str, es_client: Elasticsearch) -> Iterator
         "HF_HUB_OFFLINE": "1",
     }
     yield env
-    drop_alias(es_client, env["ES_RAG_INDEX"])
+    drop_alias(engine, env["ES_RAG_INDEX"])
 
 
 def es_rag(
@@ -123,9 +123,7 @@ def test_search_as_outsider_finds_nothing(cli_env: dict[str, str]) -> None:
     assert json.loads(proc.stdout)["hits"] == []
 
 
-def test_forced_native_rrf_fails_with_reason(
-    cli_env: dict[str, str], es_client: Elasticsearch
-) -> None:
+def test_forced_native_rrf_fails_with_reason(cli_env: dict[str, str], engine: Engine) -> None:
     proc = es_rag(cli_env, "search", "leave", "--tenant", "acme", "--strategy", "native-rrf")
     if proc.returncode == 0:
         pytest.skip("this cluster runs native RRF (full distribution with an RRF license)")
@@ -134,14 +132,13 @@ def test_forced_native_rrf_fails_with_reason(
 
 
 def test_ingest_without_acl_is_rejected(
-    cli_env: dict[str, str], folder: Path, tmp_path: Path
+    cli_env: dict[str, str], folder: Path, tmp_path: Path, engine: Engine
 ) -> None:
     env = {**cli_env, "ES_RAG_INDEX": unique_index("noacl")}
     proc = es_rag(env, "ingest", str(folder / "notes.txt"), "--tenant", "acme")
     assert proc.returncode != 0
     assert "no ACL" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    client = Elasticsearch(env["ES_RAG_ES_URL"])
-    assert not client.indices.exists_alias(name=env["ES_RAG_INDEX"]).body
+    assert engine.alias_indices(env["ES_RAG_INDEX"]) == []
 
 
 def test_init_is_idempotent(cli_env: dict[str, str]) -> None:
@@ -152,13 +149,21 @@ def test_init_is_idempotent(cli_env: dict[str, str]) -> None:
     assert out["contract"]["dims"] == 384
 
 
-def test_info_reports_cluster_and_contract(cli_env: dict[str, str]) -> None:
+def test_info_reports_cluster_and_contract(cli_env: dict[str, str], engine_name: str) -> None:
+    """No ES_RAG_ENGINE in the environment: the CLI asks the server which engine it is."""
+    assert "ES_RAG_ENGINE" not in cli_env
     assert es_rag(cli_env, "init").returncode == 0
     proc = es_rag(cli_env, "info")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["cluster"]["flavor"] == "elasticsearch"
-    assert out["cluster"]["version"].startswith(("8.", "9."))
+    assert out["cluster"]["flavor"] == engine_name
+    if engine_name == "elasticsearch":
+        assert out["cluster"]["version"].startswith(("8.", "9."))
+    else:
+        assert out["cluster"]["version"].startswith(("2.", "3."))
+        assert "opensearch-knn" in out["cluster"]["plugins"]
+        assert out["cluster"]["knn_engines"] == ["lucene"]
+        assert "neural-search" in out["cluster"]["hybrid_reason"]
     if not out["cluster"]["native_rrf"]:
         assert out["cluster"]["native_rrf_reason"]
     assert out["contract"]["embedding_version"].startswith("st:")
@@ -217,7 +222,7 @@ def test_search_explain_and_filters(cli_env: dict[str, str]) -> None:
     assert len(lines) == 1 and "FilterError" in lines[0]
 
 
-def test_eval_command_contract(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_eval_command_contract(cli_env: dict[str, str], tmp_path: Path, engine: Engine) -> None:
     """A tiny es-rag JSONL dataset through `es-rag eval`: JSON, table, chart, clean-up."""
     data = tmp_path / "ds"
     data.mkdir()
@@ -278,5 +283,4 @@ def test_eval_command_contract(cli_env: dict[str, str], tmp_path: Path) -> None:
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["dataset"]["queries"] == 3 and meta["ingest"]["indexed"] == 4
-    client = Elasticsearch(env["ES_RAG_ES_URL"])
-    assert not client.indices.exists_alias(name=meta["index"]).body  # fresh index dropped
+    assert engine.alias_indices(meta["index"]) == []  # fresh index dropped

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch
 
 from es_rag.acl import make_acl
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
+from es_rag.engine.client import Engine
 from es_rag.errors import AccessControlError, BulkIndexingError, IndexContractError
 from es_rag.pipeline import Ingestor
 from es_rag.types import Document
@@ -29,23 +29,26 @@ def long_text(tag: str, sentences: int) -> str:
     )
 
 
-def rows(client: Elasticsearch, alias: str, doc_id: str) -> list[dict]:
-    client.indices.refresh(index=alias)
-    resp = client.search(
-        index=alias, query={"term": {"doc_id": doc_id}}, size=1000, source_excludes=["embedding"]
+def rows(engine: Engine, alias: str, doc_id: str) -> list[dict]:
+    engine.refresh(alias)
+    resp = engine.search(
+        alias,
+        {
+            "query": {"term": {"doc_id": doc_id}},
+            "size": 1000,
+            "_source": {"excludes": ["embedding"]},
+        },
     )
-    return [h["_source"] | {"_id": h["_id"]} for h in resp.body["hits"]["hits"]]
+    return [h["_source"] | {"_id": h["_id"]} for h in resp["hits"]["hits"]]
 
 
-def too_deep_metadata() -> dict:
-    """Metadata nested past the flattened field's depth_limit (20): every chunk is rejected."""
-    deep: dict = {}
-    node = deep
-    for _ in range(30):
-        node["k"] = {}
-        node = node["k"]
-    node["leaf"] = "x"
-    return deep
+def rejected_metadata() -> dict:
+    """A metadata value over Lucene's 32766-byte term limit: every chunk is rejected.
+
+    Both engines index metadata leaves as keywords (``flattened`` / ``flat_object``) and
+    refuse an immense term per document, so the bulk item fails on the server itself.
+    """
+    return {"blob": "x" * 40000}
 
 
 class CountingEmbedder(Embedder):
@@ -69,29 +72,29 @@ class CountingEmbedder(Embedder):
 
 def test_reingest_unchanged_does_no_work(
     make_settings: Callable[..., Settings],
-    es_client: Elasticsearch,
+    engine: Engine,
     embedder,
     analyzer,  # type: ignore[no-untyped-def]
 ) -> None:
     settings = make_settings()
     counting = CountingEmbedder(embedder)
-    ingestor = Ingestor(settings, client=es_client, embedder=counting, analyzer=analyzer)
+    ingestor = Ingestor(settings, client=engine, embedder=counting, analyzer=analyzer)
     doc = Document(doc_id="guide", title="Guide", text=long_text("a", 6), acl=ACL)
     first = ingestor.ingest(doc, refresh=True)
     assert first.status == "indexed" and first.chunks > 1
-    before = {r["_id"]: r["indexed_at"] for r in rows(es_client, settings.index, "guide")}
+    before = {r["_id"]: r["indexed_at"] for r in rows(engine, settings.index, "guide")}
     calls = counting.calls
     second = ingestor.ingest(doc, refresh=True)
     assert second.status == "skipped"
     assert counting.calls == calls  # no embedding
-    after = {r["_id"]: r["indexed_at"] for r in rows(es_client, settings.index, "guide")}
+    after = {r["_id"]: r["indexed_at"] for r in rows(engine, settings.index, "guide")}
     assert after == before  # nothing rewritten
 
 
 def test_changed_document_replaces_without_gap(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
 ) -> None:
     settings = make_settings(chunk_size=40, chunk_overlap=5)
     ingestor = ingestor_for(settings)
@@ -99,19 +102,15 @@ def test_changed_document_replaces_without_gap(
     v2 = Document(doc_id="manual", title="Manual", text=long_text("two", 25), acl=ACL)
     first = ingestor.ingest(v1, refresh=True)
     n1 = first.chunks + first.parents
-    assert len(rows(es_client, settings.index, "manual")) == n1
+    assert len(rows(engine, settings.index, "manual")) == n1
 
     counts: list[int] = []
     stop = threading.Event()
 
     def reader() -> None:
         while not stop.is_set():
-            es_client.indices.refresh(index=settings.index)
-            counts.append(
-                es_client.count(index=settings.index, query={"term": {"doc_id": "manual"}}).body[
-                    "count"
-                ]
-            )
+            engine.refresh(settings.index)
+            counts.append(engine.count(settings.index, {"term": {"doc_id": "manual"}}))
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -123,18 +122,16 @@ def test_changed_document_replaces_without_gap(
     assert result.status == "indexed"
     assert result.deleted == n1  # every old chunk id was replaced (new version, new ids)
     assert len(counts) > 3 and min(counts) > 0, counts
-    final = rows(es_client, settings.index, "manual")
+    final = rows(engine, settings.index, "manual")
     assert len(final) == result.chunks + result.parents
     children = [r for r in final if r["chunk_type"] == "child"]
     parent_ids = {r["_id"] for r in final if r["chunk_type"] == "parent"}
     assert len(children) == result.chunks and len(parent_ids) == result.parents
     assert {r["parent_id"] for r in children} == parent_ids
-    with_vectors = es_client.count(
-        index=settings.index,
-        query={
-            "bool": {"filter": [{"term": {"doc_id": "manual"}}, {"exists": {"field": "embedding"}}]}
-        },
-    ).body["count"]
+    with_vectors = engine.count(
+        settings.index,
+        {"bool": {"filter": [{"term": {"doc_id": "manual"}}, {"exists": {"field": "embedding"}}]}},
+    )
     assert with_vectors == result.chunks  # parents carry no vector
     assert all("version two" in r["content"] or "for two" in r["content"] for r in final)
     assert not any("version one" in r["content"] for r in final)
@@ -144,7 +141,7 @@ def test_changed_document_replaces_without_gap(
 def test_acl_change_rewrites_access_fields(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
 ) -> None:
     settings = make_settings()
     ingestor = ingestor_for(settings)
@@ -155,7 +152,7 @@ def test_acl_change_rewrites_access_fields(
         ingestor.ingest(Document(doc_id="plan", text=text, acl=new_acl), refresh=True).status
         == "indexed"
     )
-    assert {tuple(r["allowed_principals"]) for r in rows(es_client, settings.index, "plan")} == {
+    assert {tuple(r["allowed_principals"]) for r in rows(engine, settings.index, "plan")} == {
         ("group:ops",)
     }
 
@@ -168,7 +165,7 @@ def test_document_without_acl_is_rejected() -> None:
 def test_item_failure_is_reported_and_rolled_back(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
 ) -> None:
     """A per-chunk rejection (metadata deeper than the flattened field allows) fails the
     document with the chunk named; the previous version stays whole, nothing new remains."""
@@ -177,13 +174,13 @@ def test_item_failure_is_reported_and_rolled_back(
     good = Document(doc_id="doc", text=long_text("good", 3), acl=ACL)
     ok = ingestor.ingest(good, refresh=True)
     n_good = ok.chunks + ok.parents
-    deep = too_deep_metadata()
+    deep = rejected_metadata()
     bad = Document(doc_id="doc", text=long_text("bad", 3), acl=ACL, metadata=deep)
     with pytest.raises(BulkIndexingError) as info:
         ingestor.ingest(bad, refresh=True)
     assert info.value.failures and info.value.failures[0]["chunk_id"]
     assert "doc" in str(info.value)
-    remaining = rows(es_client, settings.index, "doc")
+    remaining = rows(engine, settings.index, "doc")
     assert len(remaining) == n_good
     assert all("good" in r["content"] for r in remaining)
 
@@ -191,7 +188,7 @@ def test_item_failure_is_reported_and_rolled_back(
 def test_index_with_other_embedding_is_refused(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
     embedder,
     analyzer,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -205,7 +202,7 @@ def test_index_with_other_embedding_is_refused(
         def embedding_version(self) -> str:
             return "st:another-model@000000000000:384"
 
-    other = Ingestor(settings, client=es_client, embedder=Other(embedder), analyzer=analyzer)
+    other = Ingestor(settings, client=engine, embedder=Other(embedder), analyzer=analyzer)
     with pytest.raises(IndexContractError, match="embedding_version"):
         other.init_index()
 
@@ -213,25 +210,25 @@ def test_index_with_other_embedding_is_refused(
 def test_delete_document(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
 ) -> None:
     settings = make_settings()
     ingestor = ingestor_for(settings)
     done = ingestor.ingest(Document(doc_id="gone", text=long_text("x", 4), acl=ACL), refresh=True)
     n = done.chunks + done.parents
     assert ingestor.delete_document("gone") == n
-    assert rows(es_client, settings.index, "gone") == []
+    assert rows(engine, settings.index, "gone") == []
 
 
 def test_batch_isolates_a_failing_document(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
 ) -> None:
     """In one batch (shared embedding and bulk), only the bad document fails."""
     settings = make_settings()
     ingestor = ingestor_for(settings)
-    deep = too_deep_metadata()
+    deep = rejected_metadata()
     docs = [
         Document(doc_id="ok-1", text=long_text("first", 3), acl=ACL),
         Document(doc_id="bad", text=long_text("bad", 3), acl=ACL, metadata=deep),
@@ -242,15 +239,15 @@ def test_batch_isolates_a_failing_document(
     assert results["ok-1"].status == "indexed" and results["ok-2"].status == "indexed"
     assert results["bad"].status == "failed" and results["bad"].error_type == "BulkIndexingError"
     assert results["empty"].status == "failed" and results["empty"].error_type == "InputError"
-    assert rows(es_client, settings.index, "bad") == []
+    assert rows(engine, settings.index, "bad") == []
     ok1 = results["ok-1"]
-    assert len(rows(es_client, settings.index, "ok-1")) == ok1.chunks + ok1.parents
+    assert len(rows(engine, settings.index, "ok-1")) == ok1.chunks + ok1.parents
 
 
 def test_search_refuses_other_analyzer_or_model(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
     embedder,  # type: ignore[no-untyped-def]
 ) -> None:
     from es_rag.analysis import TextAnalyzer
@@ -259,9 +256,7 @@ def test_search_refuses_other_analyzer_or_model(
 
     settings = make_settings()
     ingestor_for(settings).ingest(Document(doc_id="d", text="hello world", acl=ACL), refresh=True)
-    french = Searcher(
-        settings, client=es_client, embedder=embedder, analyzer=TextAnalyzer("french")
-    )
+    french = Searcher(settings, client=engine, embedder=embedder, analyzer=TextAnalyzer("french"))
     with pytest.raises(AnalyzerMismatchError):
         french.search("bonjour", tenant="acme", strategy="bm25")
 
@@ -270,7 +265,7 @@ def test_search_refuses_other_analyzer_or_model(
         def embedding_version(self) -> str:
             return "st:another-model@000000000000:384"
 
-    other = Searcher(settings, client=es_client, embedder=Other(embedder))
+    other = Searcher(settings, client=engine, embedder=Other(embedder))
     with pytest.raises(IndexContractError, match="vectors"):
         other.search("hello", tenant="acme", strategy="knn")
     # BM25 needs no vectors: it still works with another embedding model configured.
@@ -280,7 +275,7 @@ def test_search_refuses_other_analyzer_or_model(
 def test_dimension_mismatch_indexes_nothing(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
-    es_client: Elasticsearch,
+    engine: Engine,
     embedder,  # type: ignore[no-untyped-def]
     analyzer,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -296,8 +291,8 @@ def test_dimension_mismatch_indexes_nothing(
 
     truncating = Truncating(embedder)
     truncating._dims = 384  # what it claimed when the index was created
-    ingestor = Ingestor(settings, client=es_client, embedder=truncating, analyzer=analyzer)
+    ingestor = Ingestor(settings, client=engine, embedder=truncating, analyzer=analyzer)
     with pytest.raises((DimensionMismatchError, EmbeddingError)) as info:
         ingestor.ingest(Document(doc_id="d", text="some text to embed", acl=ACL), refresh=True)
     assert "100" in str(info.value) and "384" in str(info.value), info.value
-    assert rows(es_client, settings.index, "d") == []
+    assert rows(engine, settings.index, "d") == []

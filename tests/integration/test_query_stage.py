@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterator, Sequence
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from es_rag.acl import make_acl, make_caller
 from es_rag.config import Settings
+from es_rag.engine.client import Engine
 from es_rag.errors import AclGuardError, FilterError
 from es_rag.pipeline import Ingestor
 from es_rag.query.context import ContextBuilder
@@ -67,7 +67,7 @@ integration team is frozen until June.
 def stage(
     es_url: str,
     minilm_path: str,
-    es_client: Elasticsearch,
+    engine: Engine,
     embedder,
     analyzer,  # type: ignore[no-untyped-def]
 ) -> Iterator[Settings]:
@@ -79,7 +79,7 @@ def stage(
         chunk_overlap=5,
         parent_chunk_size=400,
     )
-    ingestor = Ingestor(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
     docs = [
         Document(
             doc_id="handbook",
@@ -105,16 +105,16 @@ def stage(
     ]
     assert all(r.status == "indexed" for r in ingestor.ingest_many(docs, refresh=True))
     yield settings
-    drop_alias(es_client, settings.index)
+    drop_alias(engine, settings.index)
 
 
-def searcher(settings: Settings, es_client, embedder, analyzer, **kw) -> Searcher:  # type: ignore[no-untyped-def]
-    return Searcher(settings, client=es_client, embedder=embedder, analyzer=analyzer, **kw)
+def searcher(settings: Settings, engine, embedder, analyzer, **kw) -> Searcher:  # type: ignore[no-untyped-def]
+    return Searcher(settings, client=engine, embedder=embedder, analyzer=analyzer, **kw)
 
 
 @pytest.fixture
-def s(stage: Settings, es_client, embedder, analyzer) -> Searcher:  # type: ignore[no-untyped-def]
-    return searcher(stage, es_client, embedder, analyzer)
+def s(stage: Settings, engine, embedder, analyzer) -> Searcher:  # type: ignore[no-untyped-def]
+    return searcher(stage, engine, embedder, analyzer)
 
 
 # --- filters --------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ class Scripted(Reranker):
 
 def test_rerank_with_a_real_model_reorders_by_its_scores(
     stage: Settings,
-    es_client,
+    engine,
     embedder,
     analyzer,
     tiny_reranker_path: str,  # type: ignore[no-untyped-def]
@@ -198,7 +198,7 @@ def test_rerank_with_a_real_model_reorders_by_its_scores(
             "rerank_window": 6,
         }
     )
-    rs = searcher(settings, es_client, embedder, analyzer)
+    rs = searcher(settings, engine, embedder, analyzer)
     base = rs.search("annual leave", caller=CALLER, k=6, strategy="client-rrf", rerank=False)
     out = rs.search("annual leave", caller=CALLER, k=6, strategy="client-rrf", rerank=True)
     assert out.reranked is True and "rerank" in out.timings_ms
@@ -213,10 +213,10 @@ def test_rerank_with_a_real_model_reorders_by_its_scores(
     assert [h.scores["rerank"] for h in out.hits] == pytest.approx(sorted(direct, reverse=True))
 
 
-def test_rerank_window_and_k(stage: Settings, es_client, embedder, analyzer) -> None:  # type: ignore[no-untyped-def]
+def test_rerank_window_and_k(stage: Settings, engine, embedder, analyzer) -> None:  # type: ignore[no-untyped-def]
     settings = stage.model_copy(update={"rerank_window": 3, "rerank_k": 2})
     scripted = Scripted()
-    rs = searcher(settings, es_client, embedder, analyzer, reranker=scripted)
+    rs = searcher(settings, engine, embedder, analyzer, reranker=scripted)
     base = rs.search("leave expenses", caller=CALLER, k=8, strategy="client-rrf", rerank=False)
     out = rs.search("leave expenses", caller=CALLER, k=8, strategy="client-rrf")
     assert out.reranked is True and len(out.hits) == 2
@@ -227,20 +227,20 @@ def test_rerank_window_and_k(stage: Settings, es_client, embedder, analyzer) -> 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_failing_or_slow_reranker_keeps_fused_order(
     stage: Settings,
-    es_client,
+    engine,
     embedder,
     analyzer,
     strategy: str,  # type: ignore[no-untyped-def]
 ) -> None:
-    base = searcher(stage, es_client, embedder, analyzer).search(
+    base = searcher(stage, engine, embedder, analyzer).search(
         "leave", caller=CALLER, k=4, strategy=strategy, rerank=False
     )
-    failing = searcher(stage, es_client, embedder, analyzer, reranker=Scripted(fail=True))
+    failing = searcher(stage, engine, embedder, analyzer, reranker=Scripted(fail=True))
     out = failing.search("leave", caller=CALLER, k=4, strategy=strategy)
     assert out.reranked is False and "model exploded" in (out.rerank_note or "")
     assert [h.chunk_id for h in out.hits] == [h.chunk_id for h in base.hits]
     slow_settings = stage.model_copy(update={"rerank_timeout": 0.2})
-    slow = searcher(slow_settings, es_client, embedder, analyzer, reranker=Scripted(delay=2.0))
+    slow = searcher(slow_settings, engine, embedder, analyzer, reranker=Scripted(delay=2.0))
     out = slow.search("leave", caller=CALLER, k=4, strategy=strategy)
     assert out.reranked is False and "budget" in (out.rerank_note or "")
     assert [h.chunk_id for h in out.hits] == [h.chunk_id for h in base.hits]
@@ -315,26 +315,24 @@ def test_cap_per_document_and_budget(s: Searcher) -> None:
     assert small.evidence[0].score == max(e.score for e in small.evidence)
 
 
-def test_weak_evidence_is_reported(stage: Settings, es_client, embedder, analyzer) -> None:  # type: ignore[no-untyped-def]
-    strict = searcher(
-        stage.model_copy(update={"min_knn_score": 0.99}), es_client, embedder, analyzer
-    )
+def test_weak_evidence_is_reported(stage: Settings, engine, embedder, analyzer) -> None:  # type: ignore[no-untyped-def]
+    strict = searcher(stage.model_copy(update={"min_knn_score": 0.99}), engine, embedder, analyzer)
     result = ContextBuilder(strict).build(
         "how many days of annual leave", caller=CALLER, strategy="client-rrf"
     )
     assert result.sufficient is False and result.evidence == []
     assert "below 0.99" in result.reason and result.signals["best_knn_score"]
     assert "(no sources)" in result.prompt
-    lax = searcher(stage.model_copy(update={"min_knn_score": 0.5}), es_client, embedder, analyzer)
+    lax = searcher(stage.model_copy(update={"min_knn_score": 0.5}), engine, embedder, analyzer)
     assert ContextBuilder(lax).build("annual leave", caller=CALLER).sufficient
 
 
-def test_context_fetches_are_acl_filtered(s: Searcher, es_client: Elasticsearch) -> None:
+def test_context_fetches_are_acl_filtered(s: Searcher, engine: Engine) -> None:
     board_ids = [
         h["_id"]
-        for h in es_client.search(
-            index=s.settings.index, query={"term": {"doc_id": "board"}}, size=50
-        ).body["hits"]["hits"]
+        for h in engine.search(
+            s.settings.index, {"query": {"term": {"doc_id": "board"}}, "size": 50}
+        )["hits"]["hits"]
     ]
     assert board_ids
     assert s.fetch_rows(OUTSIDER, ids=board_ids) == []
@@ -350,14 +348,20 @@ def test_guard_refuses_a_broken_body_before_sending(
 ) -> None:
     from es_rag.query import build
 
-    real = build.knn_clause
+    real_es, real_os = build.knn_clause, build.opensearch_knn_query
 
-    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
-        clause = real(*args, **kwargs)
+    def broken_es(*args, **kwargs):  # type: ignore[no-untyped-def]
+        clause = real_es(*args, **kwargs)
         clause.pop("filter")
         return clause
 
-    monkeypatch.setattr(build, "knn_clause", broken)
+    def broken_os(*args, **kwargs):  # type: ignore[no-untyped-def]
+        query = real_os(*args, **kwargs)
+        query["knn"]["embedding"].pop("filter")
+        return query
+
+    monkeypatch.setattr(build, "knn_clause", broken_es)
+    monkeypatch.setattr(build, "opensearch_knn_query", broken_os)
     sent: list[str] = []
     monkeypatch.setattr(s.client, "search", lambda **kw: sent.append("search"))
     monkeypatch.setattr(s.client, "msearch", lambda **kw: sent.append("msearch"))
@@ -367,7 +371,7 @@ def test_guard_refuses_a_broken_body_before_sending(
     assert sent == []
 
 
-def test_query_vectors_are_cached(stage: Settings, es_client, analyzer, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_query_vectors_are_cached(stage: Settings, engine, analyzer, embedder) -> None:  # type: ignore[no-untyped-def]
     calls: list[Sequence[str]] = []
     real = embedder.embed_query
 
@@ -379,7 +383,7 @@ def test_query_vectors_are_cached(stage: Settings, es_client, analyzer, embedder
             calls.append(text)
             return real(text)
 
-    cs = Searcher(stage, client=es_client, embedder=Counting(), analyzer=analyzer)  # type: ignore[arg-type]
+    cs = Searcher(stage, client=engine, embedder=Counting(), analyzer=analyzer)  # type: ignore[arg-type]
     first = cs.search("parental leave weeks", caller=CALLER, strategy="knn")
     second = cs.search("parental leave weeks", caller=CALLER, strategy="knn")
     assert calls == ["parental leave weeks"]

@@ -23,7 +23,7 @@ STRATEGIES = ("bm25", "knn", "client-rrf")
 def indexed(
     es_url: str,
     minilm_path: str,
-    es_client,
+    engine,
     embedder,
     analyzer,  # type: ignore[no-untyped-def]
 ) -> Iterator[Searcher]:
@@ -31,12 +31,12 @@ def indexed(
     from tests.integration.conftest import drop_alias
 
     settings = Settings(es_url=es_url, index=unique_index("search"), embedding_model=minilm_path)
-    ingestor = Ingestor(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
     for doc in corpus.documents():
         assert ingestor.ingest(doc).status == "indexed"
     ingestor.index.refresh()
-    yield Searcher(settings, client=es_client, embedder=embedder, analyzer=analyzer)
-    drop_alias(es_client, settings.index)
+    yield Searcher(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    drop_alias(engine, settings.index)
 
 
 def ids(
@@ -101,11 +101,21 @@ def test_auto_falls_back_to_client_rrf_and_says_why(indexed: Searcher) -> None:
     info = indexed.cluster()
     if info.native_rrf:  # a full cluster with an Enterprise/trial license
         assert response.strategy == "native-rrf"
+    elif info.hybrid:  # OpenSearch with the neural-search plugin
+        assert response.strategy == "opensearch-hybrid"
     else:
         assert response.strategy == "client-rrf"
-        assert response.note and "native RRF unavailable" in response.note
+        expected = {
+            "elasticsearch": "native RRF unavailable",
+            "opensearch": "opensearch-hybrid unavailable: the opensearch-neural-search plugin",
+        }[info.flavor]
+        assert response.note and expected in response.note
+    if not info.native_rrf:
         with pytest.raises(StrategyUnavailableError, match="native-rrf cannot run"):
             indexed.search("refund", caller=who, strategy="native-rrf")
+    if not info.hybrid:
+        with pytest.raises(StrategyUnavailableError, match="opensearch-hybrid cannot run"):
+            indexed.search("refund", caller=who, strategy="opensearch-hybrid")
 
 
 def test_unknown_strategy_is_an_error(indexed: Searcher) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from es_rag.acl import make_acl, make_caller
 from es_rag.config import Settings
+from es_rag.engine.client import Engine
 from es_rag.pipeline import Ingestor
 from es_rag.query.search import Searcher
 from es_rag.types import Document
@@ -32,7 +32,7 @@ TOPICS = [
 def test_tiny_tenant_gets_k_hits(
     es_url: str,
     minilm_path: str,
-    es_client: Elasticsearch,
+    engine: Engine,
     embedder,
     analyzer,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -43,7 +43,7 @@ def test_tiny_tenant_gets_k_hits(
         num_candidates=50,
         rank_window_size=50,
     )
-    ingestor = Ingestor(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
     big, tiny = make_acl("big", public=True), make_acl("tiny", public=True)
     docs = [
         Document(
@@ -65,7 +65,7 @@ def test_tiny_tenant_gets_k_hits(
             results = ingestor.ingest_many(docs[start : start + 250])
             assert all(r.status == "indexed" for r in results)
         ingestor.index.refresh()
-        searcher = Searcher(settings, client=es_client, embedder=embedder, analyzer=analyzer)
+        searcher = Searcher(settings, client=engine, embedder=embedder, analyzer=analyzer)
         caller = make_caller("tiny", users=["user:t"])
         # A query close to the big tenant's documents: the unfiltered graph walk would only
         # meet big-tenant vectors; pre-filtering must still return the tiny tenant's k rows.
@@ -76,4 +76,4 @@ def test_tiny_tenant_gets_k_hits(
             assert len(hits) == 10, strategy
             assert all(h.doc_id.startswith("tiny-") for h in hits)
     finally:
-        drop_alias(es_client, settings.index)
+        drop_alias(engine, settings.index)

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 import redis
-from elasticsearch import Elasticsearch
+
+from es_rag.config import Settings
+from es_rag.engine.client import Engine, detect_flavor
 
 pytestmark = pytest.mark.integration
 
 
-def test_elasticsearch_is_up(es_client: Elasticsearch) -> None:
-    health = es_client.cluster.health().body
+def test_search_server_is_up(es_url: str, engine: Engine, engine_name: str) -> None:
+    health = httpx.get(f"{es_url}/_cluster/health", timeout=10).json()
     assert health["status"] in ("green", "yellow")
-    nodes = es_client.nodes.info(node_id="_local", filter_path="nodes.*.version").body
-    assert next(iter(nodes["nodes"].values()))["version"].split(".")[0] in ("8", "9")
+    info = engine.probe("no-such-index")
+    assert info.flavor == engine_name
+    major = info.version.split(".")[0]
+    assert major in (("8", "9") if engine_name == "elasticsearch" else ("2", "3"))
+
+
+def test_engine_is_detected_from_the_server(es_url: str, engine_name: str) -> None:
+    assert detect_flavor(Settings(es_url=es_url)) == engine_name
 
 
 def test_redis_is_up(redis_url: str) -> None:

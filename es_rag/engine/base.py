@@ -1,0 +1,144 @@
+"""The engine interface: everything es-rag asks of a search server, in one place.
+
+Elasticsearch and OpenSearch share the request bodies es-rag needs for BM25, ``_msearch``,
+bulk writes, scans and aliases, but not their clients (``elasticsearch`` refuses to talk to
+OpenSearch, ``opensearch-py`` returns plain dicts and raises other exceptions), their
+vector field types, their kNN query shapes or their fusion features. An ``Engine`` hides
+the client: it takes and returns plain dicts and raises only es-rag's errors, so nothing
+outside ``engine/`` and ``query/search.py`` knows which client is in use (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from es_rag.config import Settings
+from es_rag.engine.mapping import IndexContract, build_index_body
+from es_rag.errors import EngineError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What the probe learnt; the searcher picks strategies from it."""
+
+    flavor: str  # "elasticsearch" | "opensearch"
+    version: str
+    license_type: str | None
+    native_rrf: bool
+    native_rrf_reason: str  # why not, when native_rrf is False
+    plugins: tuple[str, ...] = ()
+    hybrid: bool = False  # OpenSearch hybrid query + RRF search pipeline
+    hybrid_reason: str = ""  # why not, when hybrid is False
+    knn_engines: tuple[str, ...] = field(default=())  # OpenSearch k-NN engines it can serve
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(p) for p in self.version.split("-")[0].split(".")[:3] if p.isdigit())
+
+
+class Engine(ABC):
+    """A search server behind its own client. Construction does no I/O."""
+
+    flavor: ClassVar[str]
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    # --- errors --------------------------------------------------------------------------
+    @abstractmethod
+    def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """Map this client's exceptions to es-rag's at the boundary, naming the operation."""
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        with self.errors(what):
+            return fn()
+
+    # --- reads ---------------------------------------------------------------------------
+    @abstractmethod
+    def search(
+        self, index: str, body: dict[str, Any], *, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def msearch(self, searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Header/body pairs in, one response per search out; an item error raises."""
+
+    @abstractmethod
+    def count(self, index: str, query: dict[str, Any]) -> int: ...
+
+    @abstractmethod
+    def scan(self, index: str, body: dict[str, Any], *, size: int = 1000) -> Iterator[dict]:
+        """Every hit of ``body`` (scroll), for bookkeeping reads such as a document's chunks."""
+
+    # --- indices and aliases -------------------------------------------------------------
+    @abstractmethod
+    def alias_indices(self, alias: str) -> list[str]:
+        """Concrete indices behind ``alias``, sorted; [] when the alias does not exist."""
+
+    @abstractmethod
+    def index_exists(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def list_indices(self, pattern: str) -> list[str]: ...
+
+    @abstractmethod
+    def mapping(self, index: str) -> dict[str, Any]:
+        """The ``mappings`` object of one concrete index."""
+
+    @abstractmethod
+    def create_index(self, name: str, body: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def delete_index(self, name: str) -> None: ...
+
+    @abstractmethod
+    def refresh(self, index: str) -> None: ...
+
+    def index_body(self, settings: Settings, contract: IndexContract) -> dict[str, Any]:
+        """The create-index body for this engine (mapping template filled from settings)."""
+        return build_index_body(settings, contract, engine=self.flavor)
+
+    # --- writes --------------------------------------------------------------------------
+    @abstractmethod
+    def streaming_bulk(
+        self,
+        actions: Iterable[dict[str, Any]],
+        *,
+        chunk_size: int,
+        max_retries: int,
+        initial_backoff: float,
+    ) -> Iterator[tuple[bool, dict[str, Any]]]:
+        """The client library's ``helpers.streaming_bulk`` with errors collected, not raised."""
+
+    # --- cluster -------------------------------------------------------------------------
+    @abstractmethod
+    def probe(self, index: str) -> ClusterInfo: ...
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def error_reason(body: Any, fallback: str) -> str:
+    """``type: reason`` of the first root cause in an error body (both engines use it)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        root = (error.get("root_cause") or [error])[0]
+        return f"{root.get('type', '')}: {root.get('reason', '')}".strip(": ")
+    if isinstance(error, str):
+        return error
+    return fallback
+
+
+def check_msearch_items(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for item in responses:
+        if "error" in item:
+            raise EngineError(
+                f"msearch: {item.get('status')} {error_reason(item, str(item['error']))}"
+            )
+    return responses

@@ -1,0 +1,197 @@
+"""Elasticsearch behind the ``elasticsearch`` client.
+
+The probe never calls ``GET /`` (``client.info()``): the integ-test distribution answers it
+with 405, and some proxies hide it. Version comes from the nodes API, the license from
+``_license`` and native RRF from a cheap capability check (a zero-size search with an
+``rrf`` retriever), because the license alone does not say whether the rank-rrf module is
+installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import elastic_transport
+from elasticsearch import ApiError, Elasticsearch, NotFoundError, helpers
+
+from es_rag.config import Settings
+from es_rag.engine.base import ClusterInfo, Engine, check_msearch_items, error_reason
+from es_rag.errors import EngineError, EngineUnavailableError
+
+
+def make_elasticsearch_client(settings: Settings) -> Elasticsearch:
+    """An Elasticsearch client from settings; creating it does no I/O."""
+    kwargs: dict[str, Any] = {
+        "request_timeout": settings.es_request_timeout,
+        "retry_on_timeout": True,
+        "max_retries": 3,
+    }
+    if settings.es_api_key is not None:
+        kwargs["api_key"] = settings.es_api_key.get_secret_value()
+    elif settings.es_username:
+        password = settings.es_password.get_secret_value() if settings.es_password else ""
+        kwargs["basic_auth"] = (settings.es_username, password)
+    if settings.es_ca_certs is not None:
+        kwargs["ca_certs"] = str(settings.es_ca_certs)
+    if settings.es_url.startswith("https"):
+        kwargs["verify_certs"] = settings.es_verify_certs
+    return Elasticsearch(settings.es_url, **kwargs)
+
+
+class ElasticsearchEngine(Engine):
+    flavor = "elasticsearch"
+    client: Elasticsearch
+
+    @contextlib.contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except elastic_transport.ConnectionError as exc:
+            raise EngineUnavailableError(f"{what}: search server unreachable ({exc})") from exc
+        except elastic_transport.ConnectionTimeout as exc:
+            raise EngineUnavailableError(f"{what}: search server timed out ({exc})") from exc
+        except ApiError as exc:
+            status = exc.meta.status
+            if status in (429, 502, 503, 504):
+                raise EngineUnavailableError(f"{what}: server busy ({status}: {exc})") from exc
+            raise EngineError(f"{what}: {status} {error_reason(exc.body, exc.message)}") from exc
+
+    # --- reads ---------------------------------------------------------------------------
+    def search(
+        self, index: str, body: dict[str, Any], *, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        resp = self.call(
+            "search", lambda: self.client.search(index=index, body=body, **(params or {}))
+        )
+        return dict(resp.body)
+
+    def msearch(self, searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        resp = self.call("msearch", lambda: self.client.msearch(searches=searches))
+        return check_msearch_items(list(resp.body["responses"]))
+
+    def count(self, index: str, query: dict[str, Any]) -> int:
+        resp = self.call("count", lambda: self.client.count(index=index, query=query))
+        return int(resp.body["count"])
+
+    def scan(self, index: str, body: dict[str, Any], *, size: int = 1000) -> Iterator[dict]:
+        with self.errors(f"scan {index}"):
+            yield from helpers.scan(self.client, index=index, query=body, size=size)
+
+    # --- indices and aliases -------------------------------------------------------------
+    def alias_indices(self, alias: str) -> list[str]:
+        with self.errors(f"resolve alias {alias}"):
+            try:
+                resp = self.client.indices.get_alias(name=alias)
+            except NotFoundError:
+                return []
+        return sorted(resp.body)
+
+    def index_exists(self, name: str) -> bool:
+        return bool(self.call("check name", lambda: self.client.indices.exists(index=name)).body)
+
+    def list_indices(self, pattern: str) -> list[str]:
+        resp = self.call(
+            "list indices",
+            lambda: self.client.indices.get(index=pattern, allow_no_indices=True),
+        )
+        return sorted(resp.body)
+
+    def mapping(self, index: str) -> dict[str, Any]:
+        resp = self.call("read mapping", lambda: self.client.indices.get_mapping(index=index))
+        return dict(resp.body[index]["mappings"])
+
+    def create_index(self, name: str, body: dict[str, Any]) -> None:
+        self.call(f"create index {name}", lambda: self.client.indices.create(index=name, body=body))
+
+    def delete_index(self, name: str) -> None:
+        self.call(
+            f"delete index {name}",
+            lambda: self.client.indices.delete(index=name, ignore_unavailable=True),
+        )
+
+    def refresh(self, index: str) -> None:
+        self.call("refresh", lambda: self.client.indices.refresh(index=index))
+
+    # --- writes --------------------------------------------------------------------------
+    def streaming_bulk(
+        self,
+        actions: Iterable[dict[str, Any]],
+        *,
+        chunk_size: int,
+        max_retries: int,
+        initial_backoff: float,
+    ) -> Iterator[tuple[bool, dict[str, Any]]]:
+        with self.errors("bulk write"):
+            yield from helpers.streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=chunk_size,
+                max_retries=max_retries,
+                initial_backoff=initial_backoff,
+                raise_on_error=False,
+                raise_on_exception=True,
+            )
+
+    # --- cluster -------------------------------------------------------------------------
+    def probe(self, index: str) -> ClusterInfo:
+        version, plugins = self._node()
+        ok, reason = self._native_rrf_available(index)
+        return ClusterInfo(
+            flavor=self.flavor,
+            version=version,
+            license_type=self._license_type(),
+            native_rrf=ok,
+            native_rrf_reason=reason,
+            plugins=plugins,
+            hybrid=False,
+            hybrid_reason="the hybrid query is OpenSearch's; this is Elasticsearch",
+        )
+
+    def _node(self) -> tuple[str, tuple[str, ...]]:
+        with self.errors("probe nodes"):
+            nodes = self.client.nodes.info(
+                node_id="_local",
+                metric="plugins",
+                filter_path="nodes.*.version,nodes.*.plugins.name,nodes.*.modules.name",
+            )
+        for node in (nodes.body.get("nodes") or {}).values():
+            names = [p.get("name", "") for p in (node.get("plugins") or [])]
+            names += [m.get("name", "") for m in (node.get("modules") or [])]
+            return str(node.get("version", "unknown")), tuple(sorted(n for n in names if n))
+        return "unknown", ()
+
+    def _license_type(self) -> str | None:
+        try:
+            lic = self.client.license.get()
+        except (ApiError, elastic_transport.TransportError):
+            return None  # no license API (OSS builds, proxies): the capability check decides
+        return str(lic.body.get("license", {}).get("type") or "") or None
+
+    def _native_rrf_available(self, index: str) -> tuple[bool, str]:
+        body = {
+            "size": 0,
+            "retriever": {
+                "rrf": {
+                    "retrievers": [
+                        {"standard": {"query": {"match_none": {}}}},
+                        {"standard": {"query": {"match_none": {}}}},
+                    ]
+                }
+            },
+        }
+        try:
+            self.client.search(
+                index=index, body=body, ignore_unavailable=True, allow_no_indices=True
+            )
+        except NotFoundError as exc:
+            return False, f"index {index!r} not found ({error_reason(exc.body, exc.message)})"
+        except ApiError as exc:
+            reason = error_reason(exc.body, exc.message)
+            if exc.meta.status == 403 or "license" in reason.lower():
+                return False, f"the cluster's license does not allow RRF ({reason})"
+            return False, f"the cluster has no rrf retriever ({reason})"
+        except elastic_transport.TransportError as exc:
+            raise EngineUnavailableError(f"probe: search server unreachable ({exc})") from exc
+        return True, ""

@@ -1,0 +1,273 @@
+"""OpenSearch behind the ``opensearch-py`` client.
+
+Differences from Elasticsearch that matter to es-rag, each handled here or in
+``query/build.py``: vectors are the k-NN plugin's ``knn_vector`` (with an explicit engine,
+see ``mapping.opensearch_knn_method``), the kNN search is a query clause whose ``filter``
+is applied during the graph walk, there is no ``rrf`` retriever (fusion is the hybrid query
+with a ``score-ranker-processor`` search pipeline, from the neural-search plugin, or
+client-side), and there is no license API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from opensearchpy import OpenSearch, helpers
+from opensearchpy import exceptions as os_exc
+
+from es_rag.config import Settings
+from es_rag.engine.base import ClusterInfo, Engine, check_msearch_items, error_reason
+from es_rag.engine.mapping import OPENSEARCH_KNN_ENGINES
+from es_rag.errors import ConfigurationError, EngineError, EngineUnavailableError
+
+KNN_PLUGIN = "opensearch-knn"
+NEURAL_PLUGIN = "opensearch-neural-search"
+# score-ranker-processor (RRF) and the hybrid query's pagination_depth arrived in 2.19.
+HYBRID_RRF_SINCE = (2, 19)
+# Engines the k-NN plugin serves without native code. faiss and nmslib are JNI libraries the
+# plugin zip may not carry, and nothing in the REST API says whether they load: loading a
+# missing one kills the node. So es-rag only creates them where the operator vouches for
+# them (ES_RAG_OPENSEARCH_NATIVE_KNN, see ``knn_engines``).
+JAVA_KNN_ENGINES = ("lucene",)
+
+
+def make_opensearch_client(settings: Settings) -> OpenSearch:
+    """An OpenSearch client from settings; creating it does no I/O."""
+    if settings.es_api_key is not None:
+        raise ConfigurationError(
+            "OpenSearch has no Elasticsearch API keys; set ES_RAG_ES_USERNAME and "
+            "ES_RAG_ES_PASSWORD instead of ES_RAG_ES_API_KEY"
+        )
+    kwargs: dict[str, Any] = {
+        "timeout": settings.es_request_timeout,
+        "retry_on_timeout": True,
+        "max_retries": 3,
+    }
+    if settings.es_username:
+        password = settings.es_password.get_secret_value() if settings.es_password else ""
+        kwargs["http_auth"] = (settings.es_username, password)
+    if settings.es_ca_certs is not None:
+        kwargs["ca_certs"] = str(settings.es_ca_certs)
+    if settings.es_url.startswith("https"):
+        kwargs["use_ssl"] = True
+        kwargs["verify_certs"] = settings.es_verify_certs
+        kwargs["ssl_show_warn"] = settings.es_verify_certs
+    return OpenSearch(hosts=[settings.es_url], **kwargs)
+
+
+class OpenSearchEngine(Engine):
+    flavor = "opensearch"
+    client: OpenSearch
+
+    def __init__(self, client: OpenSearch, *, native_knn: bool = False) -> None:
+        super().__init__(client)
+        self.native_knn = native_knn
+        self._info: ClusterInfo | None = None
+
+    @contextlib.contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except os_exc.ConnectionTimeout as exc:
+            raise EngineUnavailableError(f"{what}: search server timed out ({exc})") from exc
+        except os_exc.ConnectionError as exc:
+            raise EngineUnavailableError(f"{what}: search server unreachable ({exc})") from exc
+        except os_exc.TransportError as exc:
+            status = exc.status_code
+            if status in (429, 502, 503, 504):
+                raise EngineUnavailableError(f"{what}: server busy ({status}: {exc})") from exc
+            raise EngineError(f"{what}: {status} {error_reason(exc.info, str(exc.error))}") from exc
+
+    # --- reads ---------------------------------------------------------------------------
+    def search(
+        self, index: str, body: dict[str, Any], *, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        resp = self.call(
+            "search", lambda: self.client.search(index=index, body=body, params=params or {})
+        )
+        return dict(resp)
+
+    def msearch(self, searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        resp = self.call("msearch", lambda: self.client.msearch(body=searches))
+        return check_msearch_items(list(resp["responses"]))
+
+    def count(self, index: str, query: dict[str, Any]) -> int:
+        resp = self.call("count", lambda: self.client.count(index=index, body={"query": query}))
+        return int(resp["count"])
+
+    def scan(self, index: str, body: dict[str, Any], *, size: int = 1000) -> Iterator[dict]:
+        with self.errors(f"scan {index}"):
+            yield from helpers.scan(self.client, index=index, query=body, size=size)
+
+    # --- indices and aliases -------------------------------------------------------------
+    def alias_indices(self, alias: str) -> list[str]:
+        with self.errors(f"resolve alias {alias}"):
+            try:
+                resp = self.client.indices.get_alias(name=alias)
+            except os_exc.NotFoundError:
+                return []
+        return sorted(resp)
+
+    def index_exists(self, name: str) -> bool:
+        return bool(self.call("check name", lambda: self.client.indices.exists(index=name)))
+
+    def list_indices(self, pattern: str) -> list[str]:
+        resp = self.call(
+            "list indices",
+            lambda: self.client.indices.get(index=pattern, params={"allow_no_indices": "true"}),
+        )
+        return sorted(resp)
+
+    def mapping(self, index: str) -> dict[str, Any]:
+        resp = self.call("read mapping", lambda: self.client.indices.get_mapping(index=index))
+        return dict(resp[index]["mappings"])
+
+    def create_index(self, name: str, body: dict[str, Any]) -> None:
+        """Create ``name`` after checking its vector engines against the cluster (faiss guard)."""
+        self.check_knn_engines(body)
+        self.call(f"create index {name}", lambda: self.client.indices.create(index=name, body=body))
+
+    def delete_index(self, name: str) -> None:
+        self.call(
+            f"delete index {name}",
+            lambda: self.client.indices.delete(index=name, params={"ignore_unavailable": "true"}),
+        )
+
+    def refresh(self, index: str) -> None:
+        self.call("refresh", lambda: self.client.indices.refresh(index=index))
+
+    def check_knn_engines(self, body: dict[str, Any]) -> None:
+        """Refuse, before anything is written, a vector field this cluster cannot serve."""
+        wanted = _knn_engines_in(body.get("mappings", {}).get("properties", {}))
+        if not wanted:
+            return
+        info = self.probe_once()
+        for path, engine in wanted:
+            if engine not in info.knn_engines:
+                served = ", ".join(info.knn_engines) or "none (no k-NN plugin)"
+                why = (
+                    f"the {KNN_PLUGIN} plugin is not installed"
+                    if KNN_PLUGIN not in info.plugins
+                    else f"{engine} is a native library that es-rag cannot verify on this "
+                    "cluster (a missing one kills the node at the first refresh); set "
+                    "ES_RAG_OPENSEARCH_NATIVE_KNN=true if every data node has it"
+                )
+                raise ConfigurationError(
+                    f"refusing to create an index whose {path} uses the k-NN engine "
+                    f"{engine!r}: {why}. Engines this cluster serves: {served}. Nothing was "
+                    "written; set ES_RAG_OPENSEARCH_KNN_ENGINE=lucene"
+                )
+
+    # --- search pipelines (opensearch-hybrid) -------------------------------------------
+    def ensure_search_pipeline(self, name: str, body: dict[str, Any]) -> bool:
+        """Create or update pipeline ``name`` to ``body``; True when it was written."""
+        path = f"/_search/pipeline/{name}"
+        with self.errors(f"read search pipeline {name}"):
+            try:
+                current = self.client.transport.perform_request("GET", path)
+            except os_exc.NotFoundError:
+                current = {}
+        if isinstance(current, dict) and _same_pipeline(current.get(name), body):
+            return False
+        self.call(
+            f"put search pipeline {name}",
+            lambda: self.client.transport.perform_request("PUT", path, body=body),
+        )
+        return True
+
+    # --- writes --------------------------------------------------------------------------
+    def streaming_bulk(
+        self,
+        actions: Iterable[dict[str, Any]],
+        *,
+        chunk_size: int,
+        max_retries: int,
+        initial_backoff: float,
+    ) -> Iterator[tuple[bool, dict[str, Any]]]:
+        with self.errors("bulk write"):
+            yield from helpers.streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=chunk_size,
+                max_retries=max_retries,
+                # typed int in opensearch-py, used as a float (time.sleep) by the helper
+                initial_backoff=initial_backoff,  # type: ignore[arg-type]
+                raise_on_error=False,
+                raise_on_exception=True,
+            )
+
+    # --- cluster -------------------------------------------------------------------------
+    def probe_once(self) -> ClusterInfo:
+        if self._info is None:
+            self._info = self.probe("")
+        return self._info
+
+    def probe(self, index: str) -> ClusterInfo:
+        with self.errors("probe nodes"):
+            nodes = self.client.nodes.info(
+                node_id="_local",
+                metric="plugins",
+                params={"filter_path": "nodes.*.version,nodes.*.plugins.name,nodes.*.modules.name"},
+            )
+        version, plugins = "unknown", ()
+        for node in (nodes.get("nodes") or {}).values():
+            names = [p.get("name", "") for p in (node.get("plugins") or [])]
+            names += [m.get("name", "") for m in (node.get("modules") or [])]
+            version, plugins = (
+                str(node.get("version", "unknown")),
+                tuple(sorted(filter(None, names))),
+            )
+            break
+        vt = tuple(int(p) for p in version.split("-")[0].split(".")[:2] if p.isdigit())
+        if NEURAL_PLUGIN not in plugins:
+            hybrid, hybrid_reason = False, f"the {NEURAL_PLUGIN} plugin is not installed"
+        elif vt < HYBRID_RRF_SINCE:
+            hybrid, hybrid_reason = (
+                False,
+                f"RRF in a search pipeline needs OpenSearch 2.19+ ({version})",
+            )
+        else:
+            hybrid, hybrid_reason = True, ""
+        info = ClusterInfo(
+            flavor=self.flavor,
+            version=version,
+            license_type=None,
+            native_rrf=False,
+            native_rrf_reason="the rrf retriever is Elasticsearch's; OpenSearch fuses with "
+            "opensearch-hybrid (neural-search plugin) or client-rrf",
+            plugins=plugins,
+            hybrid=hybrid,
+            hybrid_reason=hybrid_reason,
+            knn_engines=self.knn_engines(plugins),
+        )
+        self._info = info
+        return info
+
+    def knn_engines(self, plugins: tuple[str, ...]) -> tuple[str, ...]:
+        if KNN_PLUGIN not in plugins:
+            return ()
+        if self.native_knn:
+            return OPENSEARCH_KNN_ENGINES
+        return JAVA_KNN_ENGINES
+
+
+def _knn_engines_in(props: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """(field path, engine) of every ``knn_vector``; no method means 3.x's default, faiss."""
+    out = []
+    for name, spec in props.items():
+        if not isinstance(spec, dict):
+            continue
+        path = f"{prefix}{name}"
+        if spec.get("type") == "knn_vector":
+            method = spec.get("method") or {}
+            out.append((path, str(method.get("engine") or "faiss")))
+        out.extend(_knn_engines_in(spec.get("properties") or {}, f"{path}."))
+    return out
+
+
+def _same_pipeline(current: Any, wanted: dict[str, Any]) -> bool:
+    if not isinstance(current, dict):
+        return False
+    return all(current.get(key) == value for key, value in wanted.items())
