@@ -172,7 +172,7 @@ def measure(
     args: argparse.Namespace, settings: Settings, ingestor: Ingestor, queries: list[str]
 ) -> dict[str, Any]:
     searcher = Searcher(
-        settings, client=ingestor.client, embedder=ingestor.embedder, analyzer=ingestor.analyzer
+        settings, client=ingestor.engine, embedder=ingestor.embedder, analyzer=ingestor.analyzer
     )
     builder = ContextBuilder(searcher)
     caller = make_caller("bench", users=["user:bench"])

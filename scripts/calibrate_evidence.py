@@ -62,7 +62,6 @@ from bench_foundation import load_cranfield, pct, start_server  # noqa: E402
 from es_rag.acl import make_acl, make_caller  # noqa: E402
 from es_rag.config import Settings  # noqa: E402
 from es_rag.embedding import Embedder, build_embedder  # noqa: E402
-from es_rag.engine.index import ChunkIndex  # noqa: E402
 from es_rag.pipeline import Ingestor  # noqa: E402
 from es_rag.query.context import ContextBuilder  # noqa: E402
 from es_rag.query.search import Searcher  # noqa: E402
@@ -107,8 +106,8 @@ def ingest(ingestor: Ingestor, documents: Sequence[Document], batch_docs: int = 
 
 def drop_index(ingestor: Ingestor) -> None:
     """Delete exactly the concrete indices behind this run's alias (no wildcards)."""
-    for name in ChunkIndex(ingestor.client, ingestor.settings.index).concrete_indices():
-        ingestor.client.indices.delete(index=name)
+    for name in ingestor.index.concrete_indices():
+        ingestor.engine.delete_index(name)
 
 
 def with_server(args: argparse.Namespace, work: Any) -> dict[str, Any]:
@@ -235,7 +234,7 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
         chunks = ingest(ingestor, subset)
         ingest_s = time.perf_counter() - t0
         searcher = Searcher(
-            settings, client=ingestor.client, embedder=embedder, analyzer=ingestor.analyzer
+            settings, client=ingestor.engine, embedder=embedder, analyzer=ingestor.analyzer
         )
         caller = make_caller("bench", users=["user:bench"])
         labelled: list[tuple[str, bool, float]] = []  # (query number, answerable, best score)
@@ -274,7 +273,7 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
 
     # The same threshold through the library's own judge, on the same responses.
     judge = ContextBuilder(
-        Searcher(settings.model_copy(update={"min_knn_score": recommended}), client=ingestor.client)
+        Searcher(settings.model_copy(update={"min_knn_score": recommended}), client=ingestor.engine)
     ).judge
     agree = sum(
         judge(resp)[0] == (best >= recommended)

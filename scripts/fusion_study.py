@@ -77,8 +77,7 @@ def gather(searcher: Searcher, queries: dict[str, str], depth: int) -> dict[str,
                 }
             },
         }
-        resp = searcher.client.search(index=searcher.settings.index, body=body)
-        raw = resp.body["hits"]["hits"]
+        raw = searcher.engine.search(searcher.settings.index, body)["hits"]["hits"]
         lists["bm25_standard"] = [(h["_id"], float(h["_score"])) for h in raw]
         DOC_OF.update({h["_id"]: h["_source"]["doc_id"] for h in raw})
         out[qid] = lists

@@ -2,7 +2,8 @@
 # Install es-rag and run its main job locally, end to end:
 #   1. install what is missing (scripts/setup.sh)
 #   2. start a local Elasticsearch (port 9200) and Redis (port 6379) on loopback,
-#      unless ES_RAG_ES_URL / ES_RAG_REDIS_URL point at ones you already run
+#      unless ES_RAG_ES_URL / ES_RAG_REDIS_URL point at ones you already run;
+#      ENGINE=opensearch starts OpenSearch (with the k-NN plugin) instead
 #   3. create the index, ingest scripts/sample-docs (public to tenant "demo", one folder
 #      restricted to group:finance)
 #   4. answer sample questions with citations, as two different callers, and build a
@@ -16,8 +17,11 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=$(bash "$ROOT/scripts/setup.sh" | tail -n 1)
 export PATH=$VENV/bin:$PATH HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 
+ENGINE=${ENGINE:-elasticsearch}
+SERVER_NAME=quickstart
+[[ $ENGINE == elasticsearch ]] || SERVER_NAME=quickstart-$ENGINE
 if [[ -z ${ES_RAG_ES_URL:-} ]]; then
-    ES_RAG_ES_URL=$(bash "$ROOT/scripts/search-server.sh" start --port "${ES_PORT:-9200}" --name quickstart | tail -n 1)
+    ES_RAG_ES_URL=$(bash "$ROOT/scripts/search-server.sh" start --engine "$ENGINE" --port "${ES_PORT:-9200}" --name "$SERVER_NAME" | tail -n 1)
 fi
 if [[ -z ${ES_RAG_REDIS_URL:-} ]]; then
     ES_RAG_REDIS_URL=$(bash "$ROOT/scripts/redis-server.sh" start --port "${REDIS_PORT:-6379}" --name quickstart | tail -n 1)
@@ -50,9 +54,9 @@ es-rag context "what is the capital of Australia?" --tenant demo --as user:alice
 
 cat <<MSG
 
-Elasticsearch: $ES_RAG_ES_URL   Redis: $ES_RAG_REDIS_URL   index alias: $ES_RAG_INDEX
+$ENGINE: $ES_RAG_ES_URL   Redis: $ES_RAG_REDIS_URL   index alias: $ES_RAG_INDEX
 Try:   export PATH=$VENV/bin:\$PATH ES_RAG_ES_URL=$ES_RAG_ES_URL ES_RAG_INDEX=$ES_RAG_INDEX ES_RAG_EMBEDDING_MODEL=$ES_RAG_EMBEDDING_MODEL
        es-rag search "how long do refunds take?" --tenant demo --as user:alice --json
-Stop:  scripts/search-server.sh stop --port ${ES_PORT:-9200} --name quickstart
+Stop:  scripts/search-server.sh stop --engine $ENGINE --port ${ES_PORT:-9200} --name $SERVER_NAME
        scripts/redis-server.sh stop --port ${REDIS_PORT:-6379} --name quickstart
 MSG

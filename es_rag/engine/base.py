@@ -124,6 +124,18 @@ class Engine(ABC):
         self.client.close()
 
 
+NODE_FILTER = "nodes.*.version,nodes.*.plugins.name,nodes.*.modules.name"
+
+
+def node_summary(nodes: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """(version, sorted plugin and module names) of the one node a ``_nodes/_local`` names."""
+    for node in (nodes.get("nodes") or {}).values():
+        names = [p.get("name", "") for p in (node.get("plugins") or [])]
+        names += [m.get("name", "") for m in (node.get("modules") or [])]
+        return str(node.get("version", "unknown")), tuple(sorted(n for n in names if n))
+    return "unknown", ()
+
+
 def error_reason(body: Any, fallback: str) -> str:
     """``type: reason`` of the first root cause in an error body (both engines use it)."""
     error = body.get("error") if isinstance(body, dict) else None

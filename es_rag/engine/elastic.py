@@ -17,7 +17,14 @@ import elastic_transport
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, helpers
 
 from es_rag.config import Settings
-from es_rag.engine.base import ClusterInfo, Engine, check_msearch_items, error_reason
+from es_rag.engine.base import (
+    NODE_FILTER,
+    ClusterInfo,
+    Engine,
+    check_msearch_items,
+    error_reason,
+    node_summary,
+)
 from es_rag.errors import EngineError, EngineUnavailableError
 
 
@@ -152,15 +159,9 @@ class ElasticsearchEngine(Engine):
     def _node(self) -> tuple[str, tuple[str, ...]]:
         with self.errors("probe nodes"):
             nodes = self.client.nodes.info(
-                node_id="_local",
-                metric="plugins",
-                filter_path="nodes.*.version,nodes.*.plugins.name,nodes.*.modules.name",
+                node_id="_local", metric="plugins", filter_path=NODE_FILTER
             )
-        for node in (nodes.body.get("nodes") or {}).values():
-            names = [p.get("name", "") for p in (node.get("plugins") or [])]
-            names += [m.get("name", "") for m in (node.get("modules") or [])]
-            return str(node.get("version", "unknown")), tuple(sorted(n for n in names if n))
-        return "unknown", ()
+        return node_summary(nodes.body)
 
     def _license_type(self) -> str | None:
         try:

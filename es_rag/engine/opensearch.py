@@ -18,7 +18,14 @@ from opensearchpy import OpenSearch, helpers
 from opensearchpy import exceptions as os_exc
 
 from es_rag.config import Settings
-from es_rag.engine.base import ClusterInfo, Engine, check_msearch_items, error_reason
+from es_rag.engine.base import (
+    NODE_FILTER,
+    ClusterInfo,
+    Engine,
+    check_msearch_items,
+    error_reason,
+    node_summary,
+)
 from es_rag.engine.mapping import OPENSEARCH_KNN_ENGINES
 from es_rag.errors import ConfigurationError, EngineError, EngineUnavailableError
 
@@ -209,27 +216,10 @@ class OpenSearchEngine(Engine):
             nodes = self.client.nodes.info(
                 node_id="_local",
                 metric="plugins",
-                params={"filter_path": "nodes.*.version,nodes.*.plugins.name,nodes.*.modules.name"},
+                params={"filter_path": NODE_FILTER},
             )
-        version, plugins = "unknown", ()
-        for node in (nodes.get("nodes") or {}).values():
-            names = [p.get("name", "") for p in (node.get("plugins") or [])]
-            names += [m.get("name", "") for m in (node.get("modules") or [])]
-            version, plugins = (
-                str(node.get("version", "unknown")),
-                tuple(sorted(filter(None, names))),
-            )
-            break
-        vt = tuple(int(p) for p in version.split("-")[0].split(".")[:2] if p.isdigit())
-        if NEURAL_PLUGIN not in plugins:
-            hybrid, hybrid_reason = False, f"the {NEURAL_PLUGIN} plugin is not installed"
-        elif vt < HYBRID_RRF_SINCE:
-            hybrid, hybrid_reason = (
-                False,
-                f"RRF in a search pipeline needs OpenSearch 2.19+ ({version})",
-            )
-        else:
-            hybrid, hybrid_reason = True, ""
+        version, plugins = node_summary(nodes)
+        hybrid, hybrid_reason = hybrid_support(version, plugins)
         info = ClusterInfo(
             flavor=self.flavor,
             version=version,
@@ -251,6 +241,16 @@ class OpenSearchEngine(Engine):
         if self.native_knn:
             return OPENSEARCH_KNN_ENGINES
         return JAVA_KNN_ENGINES
+
+
+def hybrid_support(version: str, plugins: tuple[str, ...]) -> tuple[bool, str]:
+    """(whether opensearch-hybrid runs, why not): neural-search and RRF pipelines (2.19+)."""
+    if NEURAL_PLUGIN not in plugins:
+        return False, f"the {NEURAL_PLUGIN} plugin is not installed"
+    numbers = tuple(int(p) for p in version.split("-")[0].split(".")[:2] if p.isdigit())
+    if numbers < HYBRID_RRF_SINCE:
+        return False, f"RRF in a search pipeline needs OpenSearch 2.19+ (this is {version})"
+    return True, ""
 
 
 def _knn_engines_in(props: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:

@@ -1,0 +1,127 @@
+"""Engine choice and strategy choice per engine: pure logic, no server."""
+
+from __future__ import annotations
+
+import pytest
+from elasticsearch import Elasticsearch
+from opensearchpy import OpenSearch
+
+from es_rag.config import Settings
+from es_rag.engine.base import ClusterInfo, node_summary
+from es_rag.engine.client import engine_for_client
+from es_rag.engine.elastic import ElasticsearchEngine
+from es_rag.engine.opensearch import OpenSearchEngine, _knn_engines_in, hybrid_support
+from es_rag.errors import ConfigurationError, StrategyUnavailableError
+from es_rag.parts import Parts
+from es_rag.query.search import Searcher
+
+pytestmark = pytest.mark.unit
+
+
+def test_clients_are_wrapped_by_type_without_io() -> None:
+    es = engine_for_client(Elasticsearch("http://127.0.0.1:1"))
+    os_ = engine_for_client(OpenSearch(hosts=["http://127.0.0.1:1"]))
+    assert isinstance(es, ElasticsearchEngine) and es.flavor == "elasticsearch"
+    assert isinstance(os_, OpenSearchEngine) and os_.flavor == "opensearch"
+    assert engine_for_client(es) is es
+    with pytest.raises(ConfigurationError, match="not object"):
+        engine_for_client(object())
+
+
+def test_parts_take_a_client_and_expose_the_engine() -> None:
+    client = OpenSearch(hosts=["http://127.0.0.1:1"])
+    parts = Parts(Settings(), client=client)
+    assert parts.engine.flavor == "opensearch" and parts.client is client
+
+
+def test_named_engine_needs_no_detection() -> None:
+    parts = Parts(Settings(engine="opensearch", es_url="http://127.0.0.1:1"))
+    assert isinstance(parts.engine, OpenSearchEngine)  # no request was needed to build it
+
+
+def test_opensearch_refuses_an_api_key() -> None:
+    with pytest.raises(ConfigurationError, match="USERNAME"):
+        Parts(Settings(engine="opensearch", es_api_key="abc")).engine  # noqa: B018
+
+
+def test_node_summary() -> None:
+    body = {
+        "nodes": {
+            "x": {
+                "version": "3.5.0",
+                "plugins": [{"name": "opensearch-knn"}],
+                "modules": [{"name": "reindex"}, {"name": "analysis-common"}],
+            }
+        }
+    }
+    assert node_summary(body) == ("3.5.0", ("analysis-common", "opensearch-knn", "reindex"))
+    assert node_summary({}) == ("unknown", ())
+
+
+@pytest.mark.parametrize(
+    ("version", "plugins", "ok", "why"),
+    [
+        ("3.5.0", ("opensearch-knn",), False, "neural-search plugin is not installed"),
+        ("2.18.0", ("opensearch-knn", "opensearch-neural-search"), False, "2.19+"),
+        ("2.19.1", ("opensearch-knn", "opensearch-neural-search"), True, ""),
+        ("3.5.0", ("opensearch-knn", "opensearch-neural-search"), True, ""),
+    ],
+)
+def test_hybrid_support(version: str, plugins: tuple[str, ...], ok: bool, why: str) -> None:
+    got, reason = hybrid_support(version, plugins)
+    assert got is ok and why in reason
+
+
+def test_knn_engines_found_in_a_body_default_to_faiss() -> None:
+    props = {
+        "a": {"type": "knn_vector", "dimension": 2, "method": {"engine": "lucene"}},
+        "b": {"type": "knn_vector", "dimension": 2},
+        "o": {"properties": {"c": {"type": "knn_vector", "method": {"engine": "nmslib"}}}},
+        "t": {"type": "text"},
+    }
+    assert _knn_engines_in(props) == [("a", "lucene"), ("b", "faiss"), ("o.c", "nmslib")]
+
+
+def test_native_engines_only_when_vouched_for() -> None:
+    client = OpenSearch(hosts=["http://127.0.0.1:1"])
+    assert OpenSearchEngine(client).knn_engines(("opensearch-knn",)) == ("lucene",)
+    assert OpenSearchEngine(client, native_knn=True).knn_engines(("opensearch-knn",)) == (
+        "lucene",
+        "faiss",
+        "nmslib",
+    )
+    assert OpenSearchEngine(client).knn_engines(()) == ()
+
+
+def opensearch_searcher(hybrid: bool) -> Searcher:
+    searcher = Searcher(Settings(engine="opensearch"), client=OpenSearch(hosts=["http://x:1"]))
+    why = "" if hybrid else "the opensearch-neural-search plugin is not installed"
+    searcher._cluster = ClusterInfo(
+        flavor="opensearch",
+        version="3.5.0",
+        license_type=None,
+        native_rrf=False,
+        native_rrf_reason="the rrf retriever is Elasticsearch's",
+        plugins=("opensearch-knn",),
+        hybrid=hybrid,
+        hybrid_reason=why,
+        knn_engines=("lucene",),
+    )
+    return searcher
+
+
+def test_auto_picks_the_hybrid_query_where_neural_search_runs() -> None:
+    assert opensearch_searcher(True).resolve_strategy("auto") == ("opensearch-hybrid", None)
+    assert opensearch_searcher(True).resolve_strategy("opensearch-hybrid")[0] == (
+        "opensearch-hybrid"
+    )
+
+
+def test_auto_falls_back_to_client_rrf_and_forcing_hybrid_says_why() -> None:
+    searcher = opensearch_searcher(False)
+    name, note = searcher.resolve_strategy("auto")
+    assert name == "client-rrf" and note and "neural-search" in note
+    with pytest.raises(StrategyUnavailableError, match="opensearch-hybrid cannot run: the"):
+        searcher.resolve_strategy("opensearch-hybrid")
+    with pytest.raises(StrategyUnavailableError, match="native-rrf cannot run"):
+        searcher.resolve_strategy("native-rrf")
