@@ -125,3 +125,16 @@ def test_auto_falls_back_to_client_rrf_and_forcing_hybrid_says_why() -> None:
         searcher.resolve_strategy("opensearch-hybrid")
     with pytest.raises(StrategyUnavailableError, match="native-rrf cannot run"):
         searcher.resolve_strategy("native-rrf")
+
+
+@pytest.mark.parametrize("flavor", ["elasticsearch", "opensearch"])
+def test_a_closed_port_is_engine_unavailable_for_both_clients(flavor: str) -> None:
+    """Each client's connection error becomes es-rag's EngineUnavailableError, named."""
+    from es_rag.engine.client import make_engine
+    from es_rag.errors import EngineUnavailableError
+    from tests.conftest import free_port
+
+    settings = Settings(engine=flavor, es_url=f"http://127.0.0.1:{free_port()}")  # type: ignore[arg-type]
+    engine = make_engine(settings)
+    with pytest.raises(EngineUnavailableError, match="count: search server unreachable"):
+        engine.count("x", {"match_all": {}})
