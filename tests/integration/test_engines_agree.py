@@ -2,9 +2,8 @@
 
 The same documents, model, analyzer and settings go into both servers; every strategy's
 top 10 is compared per query. BM25 is the same Lucene formula on the same terms, so its
-rankings must be identical; kNN is HNSW with scalar quantisation on both sides (Lucene's,
-configured through each engine's own mapping), so a near-tie may swap, which the overlap
-tolerates. The corpus is real English prose that ships with every Python: the standard
+rankings must be identical; kNN is Lucene's float HNSW on both sides, configured through
+each engine's own mapping, so only a rare near-tie may swap. The corpus is real English prose that ships with every Python: the standard
 library's docstrings.
 """
 
@@ -98,6 +97,10 @@ def both(
                 engine=flavor,  # type: ignore[arg-type]
                 index=unique_index("agree"),
                 embedding_model=minilm_path,
+                # Float HNSW on both: the engines, not their scalar quantisers, are compared
+                # (with int8 each quantises its own segments and near-ties swap; the overlap
+                # stays ~0.99, see the README's benchmark).
+                vector_index_type="hnsw",
             )
             engine = make_engine(settings)
             made.append((engine, settings.index))
@@ -145,4 +148,4 @@ def test_rankings_agree(both: dict[str, Searcher], strategy: str) -> None:
     if strategy == "bm25":
         assert identical >= 0.95 and mean_overlap >= 0.99
     else:
-        assert identical >= 0.8 and mean_overlap >= 0.95
+        assert identical >= 0.9 and mean_overlap >= 0.98
