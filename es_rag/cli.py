@@ -121,8 +121,19 @@ def ingest(
     meta: Annotated[list[str] | None, typer.Option(help="metadata KEY=VALUE, repeatable")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print results as JSON")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    queue: Annotated[
+        bool, typer.Option("--queue", help="enqueue for the workers instead of ingesting here")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="with --queue: wait for every outcome")
+    ] = True,
+    doc_version: Annotated[
+        str | None,
+        typer.Option(help="document version (single file); integers are fenced: older loses"),
+    ] = None,
+    wait_timeout: Annotated[float, typer.Option(help="with --queue: seconds to wait")] = 3600,
 ) -> None:
-    """Ingest files inline (the queue comes with the worker)."""
+    """Ingest files inline, or through the queue with --queue (workers: `es-rag worker`)."""
     from es_rag.acl import make_acl
     from es_rag.pipeline import Ingestor, expand_paths
 
@@ -134,6 +145,27 @@ def ingest(
             _fail(f"--meta expects KEY=VALUE, got {item!r}")
         metadata[key] = value
     ingestor = Ingestor(_settings())
+    if queue:
+        _ingest_queued(
+            ingestor,
+            paths,
+            acl_fields={
+                "tenant": tenant,
+                "public": public,
+                "allow": allow or [],
+                "deny": deny or [],
+            },
+            doc_id=doc_id,
+            doc_version=doc_version,
+            metadata=metadata,
+            wait=wait,
+            as_json=as_json,
+            progress=progress,
+            timeout=wait_timeout,
+        )
+        return
+    if doc_version is not None:
+        _fail("--doc-version needs --queue (inline ingest versions documents by content)")
     total = sum(1 for _ in expand_paths(paths))
     bar = None
     if progress and not as_json and total > 1 and sys.stderr.isatty():
@@ -166,6 +198,211 @@ def ingest(
         )
     if failed:
         raise typer.Exit(1)
+
+
+FINAL = ("indexed", "skipped", "failed")
+
+
+def _ingest_queued(
+    ingestor: Any,
+    paths: list[Path],
+    *,
+    acl_fields: dict[str, Any],
+    doc_id: str | None,
+    doc_version: str | None,
+    metadata: dict[str, str],
+    wait: bool,
+    as_json: bool,
+    progress: bool,
+    timeout: float,
+) -> None:
+    """Enqueue one task per file; with ``wait``, follow the status index until all end."""
+    import time
+
+    from es_rag import jobs
+    from es_rag.pipeline import expand_paths
+    from workers.app import make_app
+
+    files = list(expand_paths(paths))
+    if (doc_id or doc_version) and len(files) != 1:
+        _fail("--doc-id and --doc-version name one document: give exactly one file")
+    app = make_app(ingestor.settings)
+    failed_now: list[dict[str, Any]] = []
+    keys: list[str] = []
+
+    def enqueue() -> None:
+        for path, problem in files:
+            key = doc_id or str(path)
+            if problem:
+                failed_now.append(
+                    {"doc_id": key, "status": "failed", "error": problem, "attempts": 0}
+                )
+                continue
+            payload = jobs.IngestPayload(
+                path=str(path.resolve()),
+                doc_id=key,
+                doc_version=doc_version,
+                metadata=metadata,
+                **acl_fields,
+            )
+            jobs.mark_queued(ingestor, payload)
+            app.send_task("es_rag.ingest", args=[payload.model_dump()])
+            keys.append(key)
+
+    _run(enqueue)
+    for row in failed_now:
+        if not as_json:
+            typer.echo(f"FAILED {row['doc_id']}: {row['error']}", err=True)
+    if not wait:
+        if as_json:
+            typer.echo(json.dumps({"queued": keys, "failed": failed_now}, ensure_ascii=False))
+        else:
+            typer.echo(f"{len(keys)} queued, {len(failed_now)} failed")
+        if failed_now:
+            raise typer.Exit(1)
+        return
+
+    bar = None
+    if progress and not as_json and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(keys), unit="doc", file=sys.stderr)
+    status = ingestor.status
+    done: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(keys):
+        if time.monotonic() > deadline:
+            _fail(
+                f"gave up waiting after {timeout:g} s: {len(keys) - len(done)} document(s) not "
+                "finished (is a worker running? `es-rag worker`); see `es-rag status`",
+                code=2,
+            )
+        time.sleep(0.5)
+        _run(status.refresh)
+        _run(lambda: status.expire(running_for_s=ingestor.settings.task_time_limit + 60))
+        pending = [k for k in keys if k not in done]
+        for row in _run(lambda p=pending: status.rows(doc_ids=p[:1000])):
+            if row["status"] in FINAL and row["doc_id"] not in done:
+                done[row["doc_id"]] = row
+                if bar is not None:
+                    bar.update(1)
+                if row["status"] == "failed" and not as_json:
+                    typer.echo(f"FAILED {row['doc_id']}: {row.get('error')}", err=True)
+    if bar is not None:
+        bar.close()
+    rows = [done[k] for k in keys] + failed_now
+    if as_json:
+        out = [
+            {k: r.get(k) for k in ("doc_id", "status", "reason", "chunks", "error", "attempts")}
+            for r in rows
+        ]
+        typer.echo(json.dumps({"results": out}, ensure_ascii=False))
+    else:
+        counts = {s: sum(r["status"] == s for r in rows) for s in FINAL}
+        chunks = sum(r.get("chunks") or 0 for r in rows if r["status"] == "indexed")
+        typer.echo(
+            f"{counts['indexed']} indexed ({chunks} chunks), {counts['skipped']} skipped, "
+            f"{counts['failed']} failed"
+        )
+    if any(r["status"] == "failed" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int, typer.Option(help="worker processes (or threads)")] = 1,
+    pool: Annotated[str, typer.Option(help="prefork | solo | threads")] = "prefork",
+    queues: Annotated[
+        str | None, typer.Option("-Q", "--queues", help="comma list (default: ES_RAG_QUEUE)")
+    ] = None,
+    loglevel: Annotated[str, typer.Option(help="celery log level")] = "INFO",
+) -> None:
+    """Run a Celery worker of es-rag's app (same as `celery -A workers.app worker`)."""
+    from workers.app import make_app
+
+    if pool not in ("prefork", "solo", "threads"):
+        _fail(f"--pool must be prefork, solo or threads, not {pool!r}")
+    settings = _settings()
+    celery_app = make_app(settings)
+    import workers.tasks  # noqa: F401  (registers the tasks on the default app's name)
+
+    names = queues or ",".join(settings.queues)
+    celery_app.worker_main(
+        [
+            "worker",
+            f"--concurrency={concurrency}",
+            f"--pool={pool}",
+            "-Q",
+            names,
+            f"--loglevel={loglevel}",
+        ]
+    )
+
+
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    limit: Annotated[int, typer.Option(help="failed documents listed")] = 50,
+) -> None:
+    """Queue depth and documents per status; failed ones with their error."""
+    import redis
+
+    from es_rag.pipeline import Ingestor
+
+    settings = _settings()
+    ingestor = Ingestor(settings)
+    st = ingestor.status
+    _run(lambda: st.expire(running_for_s=settings.task_time_limit + 60))
+    _run(st.refresh)
+    counts = _run(st.counts)
+    failed = [
+        {"doc_id": r["doc_id"], "error": r.get("error"), "attempts": r.get("attempts")}
+        for r in _run(lambda: st.rows(status="failed"))[:limit]
+    ]
+    queues = settings.queues
+    try:
+        client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+        depth = sum(int(client.llen(q)) for q in queues)
+    except redis.exceptions.RedisError as exc:
+        _fail(f"EngineUnavailableError: Redis at {settings.redis_url} unreachable ({exc})")
+    if as_json:
+        typer.echo(json.dumps({"queue_depth": depth, "counts": counts, "failed": failed}))
+        return
+    typer.echo(f"queue depth: {depth} ({', '.join(queues)})")
+    for name in ("queued", "running", "indexed", "skipped", "failed"):
+        typer.echo(f"{name:>8}: {counts.get(name, 0)}")
+    for row in failed:
+        typer.echo(f"FAILED {row['doc_id']} (attempts {row['attempts']}): {row['error']}")
+
+
+@app.command()
+def requeue(
+    failed: Annotated[bool, typer.Option("--failed", help="requeue failed documents")] = False,
+    since: Annotated[
+        str | None, typer.Option(help="only those failed since (date or date math: now-1h)")
+    ] = None,
+) -> None:
+    """Send failed documents back to the queue with their original payload."""
+    from es_rag import jobs
+    from es_rag.pipeline import Ingestor
+    from workers.app import make_app
+
+    if not failed:
+        _fail("nothing to requeue: pass --failed")
+    settings = _settings()
+    ingestor = Ingestor(settings)
+    celery_app = make_app(settings)
+    _run(ingestor.status.refresh)
+    rows = _run(lambda: ingestor.status.rows(status="failed", since=since))
+    sent = []
+    for row in rows:
+        if not row.get("payload"):
+            continue
+        payload = jobs.IngestPayload.model_validate(row["payload"])
+        _run(lambda p=payload: jobs.mark_queued(ingestor, p))
+        celery_app.send_task("es_rag.ingest", args=[payload.model_dump()])
+        sent.append(payload.key)
+    typer.echo(json.dumps({"requeued": sent}))
 
 
 CallerAs = Annotated[

@@ -43,8 +43,21 @@ class Settings(BaseSettings):
     es_request_timeout: float = 30.0
     index: str = Field(default="es-rag", description="alias name; concrete indices are <alias>-<n>")
 
-    # --- queue (workers come with the Celery issue) -----------------------------------
+    # --- queue (Celery workers, Redis broker and result backend) ---------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"
+    queue: str = Field(default="es-rag", description="the Celery queue every task uses")
+    parse_queue: str | None = Field(
+        default=None,
+        description="split ingestion: read and chunk on this queue (CPU workers), then hand "
+        "the document to embed_queue",
+    )
+    embed_queue: str | None = Field(
+        default=None, description="split ingestion: embed and index on this queue (GPU workers)"
+    )
+    task_soft_time_limit: int = Field(default=600, description="seconds; the task is told")
+    task_time_limit: int = Field(default=900, description="seconds; the task is killed")
+    task_max_retries: int = Field(default=6, description="retries of a transient failure")
+    task_retry_backoff_max: int = Field(default=300, description="seconds between retries, max")
 
     # --- embeddings ---------------------------------------------------------------------
     embedding_backend: EmbeddingBackend = "sentence-transformers"
@@ -166,6 +179,11 @@ class Settings(BaseSettings):
     rerank_timeout: float = Field(default=10.0, description="seconds budget for one rerank")
     rerank_fp16: bool = Field(default=True, description="half precision; applied on cuda only")
 
+    @property
+    def queues(self) -> list[str]:
+        """Every queue es-rag's tasks use (one, or the parse and embed queues when split)."""
+        return sorted({self.queue, self.parse_queue or self.queue, self.embed_queue or self.queue})
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         if self.embedding_backend == "openai" and not self.embedding_url:
@@ -176,6 +194,8 @@ class Settings(BaseSettings):
             raise ValueError("chunk_overlap must be smaller than chunk_size")
         if self.rank_window_size < 1 or self.rank_constant < 1:
             raise ValueError("rank_window_size and rank_constant must be >= 1")
+        if self.task_time_limit <= self.task_soft_time_limit:
+            raise ValueError("task_time_limit must be above task_soft_time_limit")
         if self.num_candidates < self.rank_window_size:
             # kNN cannot return more than num_candidates; keep the window honest.
             self.num_candidates = self.rank_window_size

@@ -10,6 +10,7 @@
     ├── EngineError                 the search server refused or failed a request
     │   ├── EngineUnavailableError  the server cannot be reached (transient)
     │   ├── BulkIndexingError       some chunks of a bulk request failed (details per chunk)
+    │   ├── IndexBlockedError        the index refuses writes (read-only / flood stage)
     │   └── StrategyUnavailableError  a forced strategy the cluster cannot run
     ├── EmbeddingError              the embedding model or server failed
     ├── RerankError                 the reranker failed or ran out of time
@@ -79,6 +80,10 @@ class BulkIndexingError(EngineError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.args[0], self.failures))
+
+
+class IndexBlockedError(EngineError):
+    """The index refuses writes (e.g. the flood-stage read-only block); retrying won't help."""
 
 
 class StrategyUnavailableError(EngineError):

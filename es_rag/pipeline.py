@@ -24,10 +24,12 @@ from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.index import ChunkIndex, bulk_error
 from es_rag.engine.mapping import IndexContract
+from es_rag.engine.status import StatusIndex
 from es_rag.errors import (
     DimensionMismatchError,
     EngineUnavailableError,
     EsRagError,
+    IndexBlockedError,
     InputError,
     UnsupportedFormatError,
 )
@@ -77,6 +79,7 @@ class Ingestor(Parts):
     ) -> None:
         super().__init__(settings, client=client, embedder=embedder, analyzer=analyzer)
         self._index: ChunkIndex | None = None
+        self._status: StatusIndex | None = None
         self._ready = False
         self._dims = 0
 
@@ -85,6 +88,13 @@ class Ingestor(Parts):
         if self._index is None:
             self._index = ChunkIndex(self.engine, self.settings.index)
         return self._index
+
+    @property
+    def status(self) -> StatusIndex:
+        """Ingest outcomes and version fences (``<alias>-status``), created on first use."""
+        if self._status is None:
+            self._status = StatusIndex(self.engine, self.settings.index)
+        return self._status
 
     def contract(self) -> IndexContract:
         return IndexContract(
@@ -140,9 +150,14 @@ class Ingestor(Parts):
             except EsRagError as exc:
                 out[i] = exc
                 continue
+            if plan.fence is not None and not self.status.fence(doc.doc_id, plan.fence):
+                newest = self.status.newest_version(doc.doc_id)
+                out[i] = plan.result("skipped", reason="stale-version")
+                out[i].error = f"version {plan.fence} is older than {newest}, already accepted"  # type: ignore[union-attr]
+                continue
             state = self.index.doc_state(doc.doc_id)
             if state.is_complete(doc_hash=plan.doc_hash, embedding_version=emb_version):
-                out[i] = plan.result("skipped")
+                out[i] = plan.result("skipped", reason="unchanged")
                 continue
             plan.old = self.index.chunk_locations(doc.doc_id) if state.count else {}
             plans.append(plan)
@@ -167,12 +182,22 @@ class Ingestor(Parts):
             raise InputError(f"{doc.doc_id}: no text to index")
         doc_hash = self.doc_hash(doc, title)
         plan = _Plan(position, doc, title, chunks, doc_hash, doc.doc_version or doc_hash[:16])
+        plan.fence = fence_version(doc.doc_version)
         plan.timings["chunk"] = _ms(t0)
         return plan
 
     def _write(self, plans: list[_Plan], out: list[IngestResult | EsRagError | None]) -> None:
         """Embed every planned chunk, write all rows, then roll back or clean up per doc."""
         t0 = time.perf_counter()
+        blocks = self.engine.write_blocks(self.settings.index)
+        if blocks:
+            blocked = IndexBlockedError(
+                f"the index refuses writes ({', '.join(blocks)}); free disk space or lift the "
+                "block, then requeue: nothing was written"
+            )
+            for p in plans:
+                out[p.position] = blocked
+            return
         prefix = self.settings.context_header_prefix
         texts = [embedding_text(c, prefix=prefix) for p in plans for c in p.children]
         try:
@@ -206,10 +231,17 @@ class Ingestor(Parts):
         )
         for failure in outcome.failures:
             owner[failure["chunk_id"]].failures.append(failure)
+        for p in plans:
+            # A newer version accepted while this one was being written wins: this attempt
+            # removes what it added and leaves the newer rows alone.
+            if p.fence is not None and not p.failures:
+                newest = self.status.newest_version(p.doc.doc_id)
+                if newest is not None and newest > p.fence:
+                    p.superseded = newest
         rollback: dict[str, str] = {}
         stale: dict[str, str] = {}
         for p in plans:
-            if p.failures:
+            if p.failures or p.superseded is not None:
                 # Roll back what this attempt added; the previous version stays whole.
                 rollback.update({i: self.settings.index for i in p.new_ids - set(p.old)})
             else:
@@ -222,7 +254,11 @@ class Ingestor(Parts):
         for p in plans:
             p.timings["index"] = index_ms * len(p.children) / max(len(texts), 1)
             leftover = [c for c in p.old if c not in p.new_ids and c in stale_failures]
-            if p.failures:
+            if p.superseded is not None:
+                res = p.result("skipped", reason="stale-version")
+                res.error = f"version {p.fence} was superseded by {p.superseded} while writing"
+                out[p.position] = res
+            elif p.failures:
                 out[p.position] = bulk_error(f"indexing {p.doc.doc_id}", p.failures)
             elif leftover:
                 failures = [f for f in cleanup.failures if f["chunk_id"] in leftover]  # type: ignore[union-attr]
@@ -232,12 +268,16 @@ class Ingestor(Parts):
                 out[p.position] = p.result("indexed", deleted=deleted)
 
     def doc_hash(self, doc: Document, title: str) -> str:
-        """Everything that ends up in the rows, so any change re-indexes the document."""
+        """Everything that ends up in the rows, so any change re-indexes the document.
+
+        Two halves: the body (text, metadata, chunking, models…) and the ACL, so that
+        ``update_acl`` can rewrite the ACL half without the text and an unchanged re-ingest
+        with the new ACL still finds nothing to do.
+        """
         s = self.settings
         payload = {
             "text": doc.text,
             "title": title,
-            "acl": doc.acl.as_fields(),
             "metadata": doc.metadata,
             "source_uri": doc.source_uri,
             "mime": doc.mime_type,
@@ -253,7 +293,7 @@ class Ingestor(Parts):
             "parser": PARSER_VERSION,
         }
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32] + acl_hash(doc.acl)
 
     def _rows(
         self,
@@ -397,6 +437,30 @@ class Ingestor(Parts):
             self.index.refresh()
         return results
 
+    def update_acl(self, doc_id: str, acl: AccessControl, *, refresh: bool = False) -> int:
+        """Rewrite the access fields of every row of ``doc_id``: no parsing, no embedding.
+
+        The ACL half of ``doc_hash`` is rewritten with them, so a later re-ingest of the
+        same text with this ACL is recognised as unchanged. Returns the rows updated.
+        """
+        state = self.index.doc_state(doc_id)
+        if state.count == 0:
+            raise InputError(f"{doc_id}: not in the index, no ACL to update")
+        if len(state.doc_hashes) != 1:
+            raise InputError(f"{doc_id}: rows of several versions; re-ingest it first")
+        new_hash = state.doc_hashes[0][:32] + acl_hash(acl)
+        fields = {**acl.as_fields(), "doc_hash": new_hash}
+        locations = self.index.chunk_locations(doc_id)
+        actions = (
+            {"_op_type": "update", "_index": idx, "_id": cid, "doc": fields}
+            for cid, idx in sorted(locations.items())
+        )
+        outcome = self.index.bulk(actions, chunk_size=self.settings.bulk_chunk_size)
+        self.index.raise_on_failures(outcome, f"updating the ACL of {doc_id}")
+        if refresh:
+            self.index.refresh()
+        return outcome.ok
+
     def delete_document(self, doc_id: str, *, refresh: bool = True) -> int:
         """Delete every row of ``doc_id`` (found by scan, removed by id)."""
         locations = self.index.chunk_locations(doc_id)
@@ -420,13 +484,18 @@ class _Plan:
     new_ids: set[str] = field(default_factory=set)
     failures: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    fence: int | None = None  # numeric doc_version: fenced against older versions
+    superseded: int | None = None  # a newer version accepted while this one was written
 
     @property
     def children(self) -> list[Chunk]:
         return [c for c in self.chunks if c.chunk_type == "child"]
 
-    def result(self, status: IngestStatus, *, deleted: int = 0) -> IngestResult:
+    def result(
+        self, status: IngestStatus, *, deleted: int = 0, reason: str | None = None
+    ) -> IngestResult:
         return IngestResult(
+            reason=reason,
             doc_id=self.doc.doc_id,
             status=status,
             chunks=len(self.children),
@@ -435,6 +504,18 @@ class _Plan:
             source=self.doc.source_uri,
             timings_ms=self.timings,
         )
+
+
+def acl_hash(acl: AccessControl) -> str:
+    blob = json.dumps(acl.as_fields(), sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def fence_version(version: str | None) -> int | None:
+    """Versions that are non-negative integers are ordered and fenced; others are labels."""
+    if version is not None and version.isdigit() and len(version) < 19:
+        return int(version)
+    return None
 
 
 def _failed(doc_id: str, exc: Exception) -> IngestResult:

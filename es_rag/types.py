@@ -126,6 +126,7 @@ class IngestResult:
     error_type: str | None = None
     source: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    reason: str | None = None  # why skipped: "unchanged" or "stale-version"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -100,6 +100,45 @@ class Engine(ABC):
     @abstractmethod
     def refresh(self, index: str) -> None: ...
 
+    @abstractmethod
+    def index_settings(self, index: str) -> dict[str, Any]:
+        """``{concrete index: its "index" settings}`` for an index, alias or pattern."""
+
+    def write_blocks(self, index: str) -> list[str]:
+        """Blocks that make writes to ``index`` fail, e.g. the flood-stage read-only block.
+
+        A blocked index answers every bulk item with 403/429 forever; naming the block
+        lets the caller fail once, clearly, instead of retrying.
+        """
+        found = []
+        for name, settings in self.index_settings(index).items():
+            blocks = settings.get("blocks") or {}
+            for key in ("read_only", "read_only_allow_delete", "write"):
+                if str(blocks.get(key, "false")).lower() == "true":
+                    found.append(f"{name}: index.blocks.{key}")
+        return found
+
+    # --- single documents (status rows, version fences) -----------------------------------
+    @abstractmethod
+    def put(
+        self,
+        index: str,
+        doc_id: str,
+        body: dict[str, Any],
+        *,
+        version: int | None = None,
+        refresh: bool = False,
+    ) -> bool:
+        """Index one document; with ``version`` as an external_gte fence.
+
+        Returns False (writes nothing) when the stored version is higher: the server
+        decides atomically, so two writers racing with versions 5 and 6 keep 6.
+        """
+
+    @abstractmethod
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        """``_source`` plus ``_version`` of one document, None when absent."""
+
     def index_body(self, settings: Settings, contract: IndexContract) -> dict[str, Any]:
         """The create-index body for this engine (mapping template filled from settings)."""
         return build_index_body(settings, contract, engine=self.flavor)

@@ -121,6 +121,44 @@ class ElasticsearchEngine(Engine):
     def refresh(self, index: str) -> None:
         self.call("refresh", lambda: self.client.indices.refresh(index=index))
 
+    def index_settings(self, index: str) -> dict[str, Any]:
+        resp = self.call(
+            "read index settings",
+            lambda: self.client.indices.get_settings(
+                index=index, filter_path="*.settings.index.blocks"
+            ),
+        )
+        return {name: v.get("settings", {}).get("index", {}) for name, v in resp.body.items()}
+
+    def put(
+        self,
+        index: str,
+        doc_id: str,
+        body: dict[str, Any],
+        *,
+        version: int | None = None,
+        refresh: bool = False,
+    ) -> bool:
+        kwargs: dict[str, Any] = {"refresh": "true" if refresh else "false"}
+        if version is not None:
+            kwargs.update(version=version, version_type="external_gte")
+        with self.errors(f"write {index}/{doc_id}"):
+            try:
+                self.client.index(index=index, id=doc_id, document=body, **kwargs)
+            except ApiError as exc:
+                if exc.meta.status == 409 and version is not None:
+                    return False
+                raise
+        return True
+
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        with self.errors(f"read {index}/{doc_id}"):
+            try:
+                resp = self.client.get(index=index, id=doc_id)
+            except NotFoundError:
+                return None
+        return {**resp.body.get("_source", {}), "_version": resp.body.get("_version")}
+
     # --- writes --------------------------------------------------------------------------
     def streaming_bulk(
         self,

@@ -150,6 +150,26 @@ class ChunkIndex:
             )
         }
 
+    def doc_ids(self, *, prefix: str = "") -> set[str]:
+        """Every doc id in the index (optionally starting with ``prefix``), by aggregation."""
+        ids: set[str] = set()
+        after: dict[str, Any] | None = None
+        query: dict[str, Any] = {"prefix": {"doc_id": prefix}} if prefix else {"match_all": {}}
+        while True:
+            comp: dict[str, Any] = {
+                "size": 1000,
+                "sources": [{"d": {"terms": {"field": "doc_id"}}}],
+            }
+            if after:
+                comp["after"] = after
+            body = {"size": 0, "query": query, "aggs": {"ids": {"composite": comp}}}
+            agg = self.engine.search(self.alias, body).get("aggregations", {}).get("ids", {})
+            buckets = agg.get("buckets", [])
+            ids.update(b["key"]["d"] for b in buckets)
+            after = agg.get("after_key")
+            if not buckets or not after:
+                return ids
+
     # --- writes --------------------------------------------------------------------------
     def bulk(
         self,

@@ -145,6 +145,44 @@ class OpenSearchEngine(Engine):
     def refresh(self, index: str) -> None:
         self.call("refresh", lambda: self.client.indices.refresh(index=index))
 
+    def index_settings(self, index: str) -> dict[str, Any]:
+        resp = self.call(
+            "read index settings",
+            lambda: self.client.indices.get_settings(
+                index=index, params={"filter_path": "*.settings.index.blocks"}
+            ),
+        )
+        return {name: v.get("settings", {}).get("index", {}) for name, v in resp.items()}
+
+    def put(
+        self,
+        index: str,
+        doc_id: str,
+        body: dict[str, Any],
+        *,
+        version: int | None = None,
+        refresh: bool = False,
+    ) -> bool:
+        params: dict[str, Any] = {"refresh": "true" if refresh else "false"}
+        if version is not None:
+            params.update(version=version, version_type="external_gte")
+        with self.errors(f"write {index}/{doc_id}"):
+            try:
+                self.client.index(index=index, id=doc_id, body=body, params=params)
+            except os_exc.ConflictError:
+                if version is None:
+                    raise
+                return False
+        return True
+
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        with self.errors(f"read {index}/{doc_id}"):
+            try:
+                resp = self.client.get(index=index, id=doc_id)
+            except os_exc.NotFoundError:
+                return None
+        return {**resp.get("_source", {}), "_version": resp.get("_version")}
+
     def check_knn_engines(self, body: dict[str, Any]) -> None:
         """Refuse, before anything is written, a vector field this cluster cannot serve."""
         wanted = _knn_engines_in(body.get("mappings", {}).get("properties", {}))

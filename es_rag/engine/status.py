@@ -1,0 +1,153 @@
+"""The ingest-status index ``<alias>-status``: every document's latest outcome, and fences.
+
+Operators read it in Kibana (field names in ``mappings/status-v1.json`` are a contract);
+``es-rag status`` and ``es-rag requeue`` read it too. Two kinds of rows:
+
+- ``kind: status``, ``_id`` = doc id: the latest outcome (queued, running, indexed,
+  skipped, failed) with error class and message, attempts, per-stage timings, worker, and
+  the payload, so a failed document can be requeued after a fix.
+- ``kind: fence``, ``_id`` = ``fence:<doc id>``: the newest version ever accepted, written
+  with ``version_type=external_gte`` so the server, atomically, refuses an older version
+  that arrives late (a redelivery of the same version passes).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from es_rag.engine.base import Engine
+from es_rag.engine.mapping import mappings_dir
+
+STATUSES = ("queued", "running", "indexed", "skipped", "failed")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def status_index_name(alias: str) -> str:
+    return f"{alias}-status"
+
+
+class StatusIndex:
+    """Construction does no I/O; ``ensure`` creates the index once."""
+
+    def __init__(self, engine: Engine, alias: str) -> None:
+        self.engine = engine
+        self.name = status_index_name(alias)
+        self._ready = False
+
+    def ensure(self) -> None:
+        if self._ready:
+            return
+        if not self.engine.index_exists(self.name):
+            body = json.loads((mappings_dir() / "status-v1.json").read_text(encoding="utf-8"))
+            body.pop("mapping_version", None)
+            body.pop("description", None)
+            try:
+                self.engine.create_index(self.name, body)
+            except Exception:
+                if not self.engine.index_exists(self.name):  # lost a creation race: fine
+                    raise
+        self._ready = True
+
+    # --- status rows ---------------------------------------------------------------------
+    def record(self, doc_id: str, status: str, **fields: Any) -> None:
+        """Write the document's latest outcome (whole row; the caller carries the payload)."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        self.ensure()
+        row = {"kind": "status", "doc_id": doc_id, "status": status, "updated_at": now_iso()}
+        row.update({k: v for k, v in fields.items() if v is not None})
+        self.engine.put(self.name, doc_id, row)
+
+    def get(self, doc_id: str) -> dict[str, Any] | None:
+        self.ensure()
+        return self.engine.get(self.name, doc_id)
+
+    def refresh(self) -> None:
+        self.ensure()
+        self.engine.refresh(self.name)
+
+    def counts(self) -> dict[str, int]:
+        self.ensure()
+        body = {
+            "size": 0,
+            "query": {"term": {"kind": "status"}},
+            "aggs": {"s": {"terms": {"field": "status", "size": len(STATUSES)}}},
+        }
+        resp = self.engine.search(self.name, body)
+        buckets = resp.get("aggregations", {}).get("s", {}).get("buckets", [])
+        return {b["key"]: int(b["doc_count"]) for b in buckets}
+
+    def rows(
+        self,
+        *,
+        status: str | None = None,
+        since: str | None = None,
+        doc_ids: list[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Status rows, newest first; ``since`` is a date or date math (``now-1h``)."""
+        self.ensure()
+        filters: list[dict[str, Any]] = [{"term": {"kind": "status"}}]
+        if status:
+            filters.append({"term": {"status": status}})
+        if since:
+            filters.append({"range": {"updated_at": {"gte": since}}})
+        if doc_ids is not None:
+            filters.append({"terms": {"doc_id": doc_ids}})
+        body = {"query": {"bool": {"filter": filters}}, "sort": [{"updated_at": "desc"}]}
+        return [hit["_source"] for hit in self.engine.scan(self.name, body)]
+
+    def expire(self, *, running_for_s: float) -> list[str]:
+        """Rows ``running`` for longer than the hard time limit become ``failed: timeout``.
+
+        A worker killed by the hard limit (or by the OS) cannot record its own end; this
+        makes sure nothing stays "running" forever. Returns the doc ids expired.
+        """
+        cutoff = (datetime.now(timezone.utc) - timedelta(seconds=running_for_s)).isoformat()
+        self.ensure()
+        body = {
+            "query": {
+                "bool": {
+                    "filter": [
+                        {"term": {"kind": "status"}},
+                        {"term": {"status": "running"}},
+                        {"range": {"started_at": {"lt": cutoff}}},
+                    ]
+                }
+            }
+        }
+        expired = []
+        for hit in self.engine.scan(self.name, body):
+            row = hit["_source"]
+            row.update(
+                status="failed",
+                error_type="TimeoutError",
+                error=f"timeout: running for more than {running_for_s:g} s "
+                "(the worker died or hit its hard time limit)",
+                finished_at=now_iso(),
+                updated_at=now_iso(),
+            )
+            self.engine.put(self.name, row["doc_id"], row)
+            expired.append(row["doc_id"])
+        return expired
+
+    # --- version fences ------------------------------------------------------------------
+    def fence(self, doc_id: str, version: int) -> bool:
+        """Accept ``version`` unless a newer one was accepted before (atomic, server-side)."""
+        self.ensure()
+        row = {
+            "kind": "fence",
+            "doc_id": doc_id,
+            "doc_version": str(version),
+            "updated_at": now_iso(),
+        }
+        return self.engine.put(self.name, f"fence:{doc_id}", row, version=version)
+
+    def newest_version(self, doc_id: str) -> int | None:
+        self.ensure()
+        row = self.engine.get(self.name, f"fence:{doc_id}")
+        return int(row["_version"]) if row else None

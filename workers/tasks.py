@@ -1,0 +1,141 @@
+"""Thin Celery tasks: validate a typed payload, call es_rag.jobs, retry what is transient.
+
+The Ingestor (search client, embedding model, analyzer) is created once per worker process,
+on its first task, never at import: a prefork pool forks before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from celery import Task, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from es_rag import jobs
+from es_rag.config import Settings
+from es_rag.engine.status import now_iso
+from es_rag.pipeline import Ingestor
+
+_ingestor: Ingestor | None = None
+
+
+def settings_of(task: Task) -> Settings:
+    """The settings of the app running the task (``es-rag worker`` flags included)."""
+    settings: Settings = getattr(task.app.conf, "es_rag_settings", None) or Settings()
+    return settings
+
+
+def ingestor(task: Task) -> Ingestor:
+    global _ingestor
+    if _ingestor is None:
+        _ingestor = Ingestor(settings_of(task))
+    return _ingestor
+
+
+def _retry(task: Task, exc: Exception) -> Exception:
+    """Exponential backoff with full jitter, capped; after the last retry the error stands."""
+    settings = settings_of(task)
+    cap = min(settings.task_retry_backoff_max, 2 ** (task.request.retries + 1))
+    return task.retry(
+        exc=exc, countdown=random.uniform(1, cap), max_retries=settings.task_max_retries
+    )
+
+
+def _run(
+    task: Task, payload: jobs.IngestPayload, doc: jobs.DocumentPayload | None
+) -> dict[str, Any]:
+    try:
+        result = jobs.run_ingest(
+            ingestor(task),
+            payload,
+            attempt=task.request.retries + 1,
+            task_id=task.request.id,
+            doc=doc,
+        )
+    except SoftTimeLimitExceeded:
+        ingestor(task).status.record(
+            payload.key,
+            "failed",
+            payload=payload.model_dump(),
+            attempts=task.request.retries + 1,
+            worker=jobs.WORKER_ID,
+            error_type="TimeoutError",
+            error="timeout: the task hit its soft time limit",
+            finished_at=now_iso(),
+        )
+        raise
+    except Exception as exc:
+        if jobs.is_transient(exc):
+            raise _retry(task, exc) from exc
+        raise
+    return result.to_dict()
+
+
+@shared_task(name="es_rag.ingest", bind=True)
+def ingest(self: Task, payload: dict[str, Any]) -> dict[str, Any]:
+    """Read, chunk, embed and index one document (or, split, hand it to the embed queue)."""
+    p = jobs.IngestPayload.model_validate(payload)
+    settings = settings_of(self)
+    if settings.embed_queue and settings.embed_queue != (settings.parse_queue or settings.queue):
+        try:
+            doc = jobs.parse(p)
+        except Exception as exc:
+            if jobs.is_transient(exc):
+                raise _retry(self, exc) from exc
+            return jobs.run_ingest(ingestor(self), p, task_id=self.request.id).to_dict()
+        index_document.delay(payload, doc.model_dump())
+        return {"doc_id": p.key, "status": "parsed"}
+    return _run(self, p, None)
+
+
+@shared_task(name="es_rag.index_document", bind=True)
+def index_document(self: Task, payload: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
+    """Embed and index a document parsed on the parse queue."""
+    return _run(
+        self,
+        jobs.IngestPayload.model_validate(payload),
+        jobs.DocumentPayload.model_validate(document),
+    )
+
+
+@shared_task(name="es_rag.delete", bind=True)
+def delete(self: Task, doc_id: str) -> int:
+    try:
+        return jobs.run_delete(ingestor(self), doc_id)
+    except Exception as exc:
+        if jobs.is_transient(exc):
+            raise _retry(self, exc) from exc
+        raise
+
+
+@shared_task(name="es_rag.update_acl", bind=True)
+def update_acl(self: Task, doc_id: str, acl: dict[str, Any]) -> int:
+    """Rewrite access fields only: no parsing, no embedding."""
+    try:
+        return jobs.run_update_acl(ingestor(self), doc_id, jobs.AclPayload.model_validate(acl))
+    except Exception as exc:
+        if jobs.is_transient(exc):
+            raise _retry(self, exc) from exc
+        raise
+
+
+@shared_task(name="es_rag.sync_directory", bind=True)
+def sync_directory(
+    self: Task, folder: str, acl: dict[str, Any], metadata: dict[str, Any] | None = None
+) -> dict[str, int]:
+    """Enqueue every file of ``folder`` and delete documents whose files are gone."""
+    try:
+        payloads, gone = jobs.plan_sync(
+            ingestor(self), folder, jobs.AclPayload.model_validate(acl), metadata
+        )
+    except Exception as exc:
+        if jobs.is_transient(exc):
+            raise _retry(self, exc) from exc
+        raise
+    for p in payloads:
+        jobs.mark_queued(ingestor(self), p)
+        ingest.delay(p.model_dump())
+    for doc_id in gone:
+        delete.delay(doc_id)
+    return {"enqueued": len(payloads), "deleted": len(gone)}
