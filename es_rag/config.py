@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     )
     task_soft_time_limit: int = Field(default=600, description="seconds; the task is told")
     task_time_limit: int = Field(default=900, description="seconds; the task is killed")
+    visibility_timeout: int | None = Field(
+        default=None,
+        description="seconds before Redis redelivers an unacknowledged task (a dead worker's); "
+        "default: the hard limit + 300; must exceed the hard limit",
+    )
     task_max_retries: int = Field(default=6, description="retries of a transient failure")
     task_retry_backoff_max: int = Field(default=300, description="seconds between retries, max")
 
@@ -196,6 +201,9 @@ class Settings(BaseSettings):
             raise ValueError("rank_window_size and rank_constant must be >= 1")
         if self.task_time_limit <= self.task_soft_time_limit:
             raise ValueError("task_time_limit must be above task_soft_time_limit")
+        if self.visibility_timeout is not None and self.visibility_timeout <= self.task_time_limit:
+            # A slow but healthy task would be handed to a second worker while it runs.
+            raise ValueError("visibility_timeout must be above task_time_limit")
         if self.num_candidates < self.rank_window_size:
             # kNN cannot return more than num_candidates; keep the window honest.
             self.num_candidates = self.rank_window_size

@@ -5,8 +5,9 @@
 #
 # Each instance (default name redis-PORT) keeps its working dir, pid file and log under
 # ${ES_RAG_CACHE}/instances/NAME/ (ES_RAG_CACHE defaults to $HOME/.cache/es-rag, or to
-# /var/lib/es-rag as root, matching scripts/search-server.sh). Persistence is disabled
-# (--save '' --appendonly no): this is a cache/queue for tests and local use only.
+# /var/lib/es-rag as root, matching scripts/search-server.sh). The append-only file is on
+# (fsync every second, no RDB snapshots): Redis is the ingest queue, and a restart must not
+# lose the tasks waiting in it.
 #
 # On success `start` and `status` print redis://127.0.0.1:PORT/0 as the last line of stdout;
 # diagnostics go to stderr.
@@ -143,7 +144,7 @@ redis_start() {
         log "starting redis-server as instance $NAME on 127.0.0.1:$PORT"
         redis-server --daemonize yes --bind 127.0.0.1 --port "$PORT" \
             --dir "$INST_DIR" --pidfile "$PID_FILE" --logfile "$LOG_FILE" \
-            --save '' --appendonly no >&2 ||
+            --save '' --appendonly yes --appendfsync everysec >&2 ||
             redis_fail "redis-server failed to start"
     fi
     for ((i = 0; i < 100; i++)); do

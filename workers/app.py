@@ -32,7 +32,9 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_time_limit=s.task_time_limit,
         # Redis redelivers an unacknowledged message after visibility_timeout: it must be
         # longer than the hard limit, or a slow but healthy task would run twice at once.
-        broker_transport_options={"visibility_timeout": s.task_time_limit + 300},
+        broker_transport_options={
+            "visibility_timeout": s.visibility_timeout or s.task_time_limit + 300
+        },
         # Keep trying to reach Redis when it restarts instead of exiting.
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,

@@ -3,8 +3,8 @@
 The same documents, model, analyzer and settings go into both servers; every strategy's
 top 10 is compared per query. BM25 is the same Lucene formula on the same terms, so its
 rankings must be identical; kNN is Lucene's float HNSW on both sides, configured through
-each engine's own mapping, so only a rare near-tie may swap. The corpus is real English prose that ships with every Python: the standard
-library's docstrings.
+each engine's own mapping, so only a rare near-tie may swap. The corpus is real English
+prose that ships with every Python: the standard library's docstrings.
 """
 
 from __future__ import annotations

@@ -1,0 +1,329 @@
+"""Ingestion through the queue: a real Redis, real worker processes, a real search server.
+
+Each test gets its own index and its own Celery queue name, so messages left in the shared
+Redis by another test can never reach its workers. Time limits are shortened so that a
+task lost with a killed worker comes back within seconds (visibility timeout 20 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from es_rag.acl import make_acl, make_caller
+from es_rag.config import Settings
+from es_rag.engine.client import Engine
+from es_rag.pipeline import Ingestor, load_document
+from es_rag.query.search import Searcher
+from es_rag.types import Document
+from tests.conftest import ROOT, unique_index
+from tests.integration.conftest import drop_alias
+from tests.integration.test_ingest import CountingEmbedder
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def env(
+    es_url: str, redis_url: str, minilm_path: str, engine: Engine, engine_name: str
+) -> Iterator[dict[str, str]]:
+    values = {
+        **os.environ,
+        "ES_RAG_ES_URL": es_url,
+        "ES_RAG_ENGINE": engine_name,
+        "ES_RAG_REDIS_URL": redis_url,
+        "ES_RAG_INDEX": unique_index("queue"),
+        "ES_RAG_QUEUE": f"test-{uuid.uuid4().hex[:8]}",
+        "ES_RAG_EMBEDDING_MODEL": minilm_path,
+        "ES_RAG_CHUNK_SIZE": "120",
+        "ES_RAG_CHUNK_OVERLAP": "20",
+        "ES_RAG_TASK_SOFT_TIME_LIMIT": "12",
+        "ES_RAG_TASK_TIME_LIMIT": "15",
+        "ES_RAG_VISIBILITY_TIMEOUT": "20",
+        "HF_HUB_OFFLINE": "1",
+    }
+    yield values
+    drop_alias(engine, values["ES_RAG_INDEX"])
+    engine.delete_index(f"{values['ES_RAG_INDEX']}-status")
+
+
+class Worker:
+    """``es-rag worker`` as its own process group, so kill -9 takes all of it."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "es_rag.cli", "worker", "--pool", "solo"],
+            env=env,
+            cwd=ROOT,
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 90
+        while "ready." not in log.read_text(errors="replace"):
+            assert self.proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "worker not ready in 90 s"
+            time.sleep(0.3)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill9(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], Worker]]:
+    started: list[Worker] = []
+
+    def start(env: dict[str, str]) -> Worker:
+        w = Worker(env, tmp_path / f"worker-{len(started)}.log")
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "es_rag.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def settings_of(env: dict[str, str]) -> Settings:
+    keys = {k[len("ES_RAG_") :].lower(): v for k, v in env.items() if k.startswith("ES_RAG_")}
+    return Settings(**keys)
+
+
+def wait_status(env: dict[str, str], doc_id: str, wanted: set[str], timeout: float = 180) -> dict:
+    status = Ingestor(settings_of(env)).status
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status.refresh()
+        row = status.get(doc_id)
+        if row and row["status"] in wanted:
+            return row
+        time.sleep(0.5)
+    raise AssertionError(f"{doc_id} never reached {wanted}; last row: {status.get(doc_id)}")
+
+
+def big_document(path: Path, paragraphs: int = 120) -> Path:
+    words = [
+        "refund",
+        "ledger",
+        "payment",
+        "card",
+        "bank",
+        "settlement",
+        "reversal",
+        "merchant",
+        "payout",
+        "fee",
+    ]
+    body = "\n\n".join(
+        " ".join(words[(i * 7 + j) % len(words)] for j in range(60)) + f" paragraph {i}."
+        for i in range(paragraphs)
+    )
+    path.write_text(f"# Ledger handbook\n\n{body}\n")
+    return path
+
+
+def test_a_folder_through_the_queue_with_a_poison_document(
+    env: dict[str, str], workers: Callable[[dict[str, str]], Worker], tmp_path: Path
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a-refunds.md").write_text("# Refunds\n\nRefunds take five working days.\n")
+    (folder / "b-poison.txt").write_bytes(b"\x00\x01binary\xff garbage")
+    (folder / "c-vpn.txt").write_text("Employees connect through the VPN client.\n")
+    (folder / "d-leave.md").write_text("# Leave\n\nStaff get twenty-eight days of leave.\n")
+    (folder / "e-report.pdf").write_bytes(b"%PDF-1.4 not parsed by this version")
+    worker = workers(env)
+    proc = cli(env, "ingest", "--queue", str(folder), "--tenant", "acme", "--public", "--json")
+    assert proc.returncode == 1, proc.stderr  # some documents failed
+    results = {Path(r["doc_id"]).name: r for r in json.loads(proc.stdout)["results"]}
+    assert {n: r["status"] for n, r in results.items()} == {
+        "a-refunds.md": "indexed",
+        "b-poison.txt": "failed",
+        "c-vpn.txt": "indexed",
+        "d-leave.md": "indexed",
+        "e-report.pdf": "failed",
+    }
+    assert "binary content" in results["b-poison.txt"]["error"]
+    assert "unsupported format" in results["e-report.pdf"]["error"]
+    assert worker.alive()  # the poison document did not hurt the worker
+
+    status = json.loads(cli(env, "status", "--json").stdout)
+    assert status["queue_depth"] == 0
+    assert status["counts"] == {"indexed": 3, "failed": 1}  # the .pdf never reached the queue
+    (failed,) = status["failed"]
+    assert failed["doc_id"].endswith("b-poison.txt") and failed["attempts"] == 1
+    assert "UnsupportedFormat" not in failed["error"] and "binary" in failed["error"]
+
+    row = Ingestor(settings_of(env)).status.get(str(folder / "a-refunds.md"))
+    assert row and row["worker"] and row["timings_ms"]["embed"] > 0 and row["chunks"] >= 1
+    assert row["payload"]["tenant"] == "acme"
+
+    hits = (
+        Searcher(settings_of(env))
+        .search("how long do refunds take", caller=make_caller("acme", users=["u"]), k=3)
+        .hits
+    )
+    assert hits and hits[0].doc_id.endswith("a-refunds.md")
+
+    # A fixed poison document is requeued with its stored payload and now ingests.
+    (folder / "b-poison.txt").write_text("The poison document was fixed.\n")
+    requeued = json.loads(cli(env, "requeue", "--failed").stdout)["requeued"]
+    assert requeued == [str(folder / "b-poison.txt")]
+    assert wait_status(env, requeued[0], {"indexed", "failed"})["status"] == "indexed"
+
+
+def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
+    env: dict[str, str],
+    workers: Callable[[dict[str, str]], Worker],
+    tmp_path: Path,
+    engine: Engine,
+) -> None:
+    doc = big_document(tmp_path / "big.md")
+    first = workers(env)
+    proc = cli(env, "ingest", "--queue", "--no-wait", str(doc), "--doc-id", "big", "--tenant",
+               "acme", "--public")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    wait_status(env, "big", {"running"}, timeout=60)
+    time.sleep(1.0)  # inside the embedding of ~120 chunks
+    first.kill9()
+    assert Ingestor(settings_of(env)).status.get("big")["status"] == "running"  # type: ignore[index]
+
+    workers(env)  # a new worker; Redis hands the unacknowledged task back after 20 s
+    row = wait_status(env, "big", {"indexed", "failed", "skipped"}, timeout=240)
+    assert row["status"] in ("indexed", "skipped"), row  # skipped: the first had finished
+    # Exactly the rows of a clean run: same ids, no duplicates, no leftovers.
+    alias = env["ES_RAG_INDEX"]
+    engine.refresh(alias)
+    got = {h["_id"] for h in engine.scan(alias, {"query": {"term": {"doc_id": "big"}}})}
+    clean = settings_of(env).model_copy(update={"index": unique_index("clean")})
+    try:
+        ingestor = Ingestor(clean, client=engine)
+        # The same file read the way the worker reads it: same version, so same ids.
+        document = load_document(doc, acl=make_acl("acme", public=True), doc_id="big")
+        result = ingestor.ingest(document)
+        assert result.status == "indexed"
+        engine.refresh(clean.index)
+        want = {h["_id"] for h in engine.scan(clean.index, {"query": {"term": {"doc_id": "big"}}})}
+    finally:
+        drop_alias(engine, clean.index)
+    assert len(got) == len(want) == result.chunks + result.parents
+    assert got == want
+
+
+def test_acl_update_changes_visibility_without_embedding(
+    make_settings: Callable[..., Settings], engine: Engine, embedder: Any, analyzer: Any
+) -> None:
+    settings = make_settings()
+    counting = CountingEmbedder(embedder)
+    ingestor = Ingestor(settings, client=engine, embedder=counting, analyzer=analyzer)
+    doc = Document(
+        doc_id="plan",
+        text="# Plan\n\nThe merger closes in March; finance owns the data room.",
+        acl=make_acl("acme", allow=["group:finance"]),
+    )
+    assert ingestor.ingest(doc, refresh=True).status == "indexed"
+    searcher = Searcher(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    legal = make_caller("acme", groups=["group:legal"])
+    assert searcher.search("merger data room", caller=legal, k=3).hits == []
+
+    calls = counting.calls
+    new_acl = make_acl("acme", allow=["group:finance", "group:legal"])
+    updated = ingestor.update_acl("plan", new_acl, refresh=True)
+    assert counting.calls == calls  # no embedding
+    assert updated >= 2  # children and parents
+    assert [h.doc_id for h in searcher.search("merger data room", caller=legal, k=3).hits]
+    # The same text with the new ACL is now "unchanged": nothing to do, still no embedding.
+    again = ingestor.ingest(Document(doc_id="plan", text=doc.text, acl=new_acl), refresh=True)
+    assert again.status == "skipped" and again.reason == "unchanged"
+    assert counting.calls == calls
+
+
+def test_out_of_order_versions_keep_the_newest(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    searcher_for: Callable[[Settings], Searcher],
+    engine: Engine,
+) -> None:
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    acl = make_acl("acme", public=True)
+
+    def version(v: str, word: str) -> Document:
+        return Document(
+            doc_id="faq", text=f"# FAQ\n\nThe answer is {word}.", acl=acl, doc_version=v
+        )
+
+    assert ingestor.ingest(version("7", "seven"), refresh=True).status == "indexed"
+    late = ingestor.ingest(version("6", "six"), refresh=True)
+    assert late.status == "skipped" and late.reason == "stale-version"
+    assert "older than 7" in (late.error or "")
+    assert ingestor.ingest(version("7", "seven"), refresh=True).reason == "unchanged"
+    assert ingestor.ingest(version("8", "eight"), refresh=True).status == "indexed"
+    rows = list(engine.scan(settings.index, {"query": {"term": {"doc_id": "faq"}}}))
+    assert {r["_source"]["doc_version"] for r in rows} == {"8"}
+    hits = (
+        searcher_for(settings)
+        .search("answer", caller=make_caller("acme", users=["u"]), k=5, strategy="bm25")
+        .hits
+    )
+    assert hits and all("eight" in h.text for h in hits)
+    engine.delete_index(f"{settings.index}-status")
+
+
+def test_a_write_blocked_index_fails_once_with_the_block_named(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    engine: Engine,
+) -> None:
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    name, _ = ingestor.init_index()
+    engine.client.indices.put_settings(
+        index=name, body={"index.blocks.read_only_allow_delete": True}
+    )
+    try:
+        result = ingestor.ingest_many(
+            [Document(doc_id="d", text="Some text.", acl=make_acl("acme", public=True))]
+        )[0]
+    finally:
+        engine.client.indices.put_settings(
+            index=name, body={"index.blocks.read_only_allow_delete": None}
+        )
+    assert result.status == "failed" and result.error_type == "IndexBlockedError"
+    assert "read_only_allow_delete" in (result.error or "") and "nothing was written" in (
+        result.error or ""
+    )
