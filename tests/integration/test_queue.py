@@ -327,3 +327,87 @@ def test_a_write_blocked_index_fails_once_with_the_block_named(
     assert "read_only_allow_delete" in (result.error or "") and "nothing was written" in (
         result.error or ""
     )
+
+
+def server_script(*args: str) -> None:
+    proc = subprocess.run(
+        ["bash", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def many_documents(folder: Path, n: int = 6) -> Path:
+    folder.mkdir()
+    for i in range(n):
+        big_document(folder / f"doc-{i}.md", paragraphs=25)
+    return folder
+
+
+def final_rows(env: dict[str, str], folder: Path, timeout: float = 300) -> dict[str, dict]:
+    keys = [str(p) for p in sorted(folder.iterdir())]
+    return {k: wait_status(env, k, {"indexed", "failed", "skipped"}, timeout) for k in keys}
+
+
+def test_redis_restart_mid_run_loses_nothing(
+    env: dict[str, str],
+    workers: Callable[[dict[str, str]], Worker],
+    tmp_path: Path,
+    engine: Engine,
+) -> None:
+    from tests.conftest import TEST_REDIS_PORT
+
+    if os.environ.get("ES_RAG_REDIS_URL"):
+        pytest.skip("restarts the session's own Redis; ES_RAG_REDIS_URL points at another one")
+    folder = many_documents(tmp_path / "docs")
+    workers(env)
+    assert cli(env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme",
+               "--public").returncode == 0  # fmt: skip
+    wait_status(env, str(folder / "doc-0.md"), {"running", "indexed"}, timeout=60)
+    import redis
+
+    client = redis.Redis.from_url(env["ES_RAG_REDIS_URL"])
+    assert client.llen(env["ES_RAG_QUEUE"]) > 0  # tasks are waiting in Redis when it stops
+    client.close()
+    script = str(ROOT / "scripts" / "redis-server.sh")
+    server_script(script, "stop", "--port", str(TEST_REDIS_PORT), "--name", "pytest")
+    time.sleep(3)
+    server_script(script, "start", "--port", str(TEST_REDIS_PORT), "--name", "pytest")
+    rows = final_rows(env, folder)
+    assert {r["status"] for r in rows.values()} <= {"indexed", "skipped"}, rows
+    engine.refresh(env["ES_RAG_INDEX"])
+    per_doc = {k: engine.count(env["ES_RAG_INDEX"], {"term": {"doc_id": k}}) for k in rows}
+    assert len(set(per_doc.values())) == 1 and min(per_doc.values()) > 0, per_doc
+
+
+def test_search_server_restart_mid_ingest_is_retried(
+    env: dict[str, str],
+    workers: Callable[[dict[str, str]], Worker],
+    tmp_path: Path,
+    engine: Engine,
+    engine_name: str,
+) -> None:
+    from tests.conftest import TEST_ES_PORT, TEST_OS_PORT
+
+    given = "ES_RAG_ES_URL" if engine_name == "elasticsearch" else "ES_RAG_TEST_OS_URL"
+    if os.environ.get(given):
+        pytest.skip(f"restarts the session's own server; {given} points at another one")
+    port, name = (
+        (TEST_ES_PORT, "pytest") if engine_name == "elasticsearch" else (TEST_OS_PORT, "pytest-os")
+    )
+    folder = many_documents(tmp_path / "docs")
+    Ingestor(settings_of(env), client=engine).init_index()  # index exists before the outage
+    workers(env)
+    assert cli(env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme",
+               "--public").returncode == 0  # fmt: skip
+    wait_status(env, str(folder / "doc-0.md"), {"running", "indexed"}, timeout=60)
+    script = str(ROOT / "scripts" / "search-server.sh")
+    args = ["--engine", engine_name, "--port", str(port), "--name", name]
+    server_script(script, "stop", *args)
+    time.sleep(3)
+    server_script(script, "start", *args)
+    rows = final_rows(env, folder, timeout=400)
+    assert {r["status"] for r in rows.values()} <= {"indexed", "skipped"}, rows
+    assert max(r["attempts"] for r in rows.values()) >= 2  # the outage was retried
+    engine.refresh(env["ES_RAG_INDEX"])
+    per_doc = {k: engine.count(env["ES_RAG_INDEX"], {"term": {"doc_id": k}}) for k in rows}
+    assert len(set(per_doc.values())) == 1 and min(per_doc.values()) > 0, per_doc
