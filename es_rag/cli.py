@@ -323,6 +323,10 @@ def worker(
     if pool not in ("prefork", "solo", "threads"):
         _fail(f"--pool must be prefork, solo or threads, not {pool!r}")
     settings = _settings()
+    # Each process runs its own model: without a cap, N processes x all cores of math
+    # threads thrash. OMP_NUM_THREADS set by the user wins.
+    threads = max(1, (os.cpu_count() or 1) // (concurrency if pool == "prefork" else 1))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     celery_app = make_app(settings)
     import workers.tasks  # noqa: F401  (registers the tasks on the default app's name)
 

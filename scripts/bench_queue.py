@@ -124,6 +124,8 @@ def queue_run(
         "ES_RAG_INDEX": settings.index,
         "ES_RAG_QUEUE": settings.queue,
         "ES_RAG_EMBEDDING_MODEL": settings.embedding_model,
+        # N single-process workers share the cores: give each its share of math threads.
+        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // n)),
     }
     ingestor = Ingestor(settings)
     ingestor.init_index()
@@ -166,6 +168,9 @@ def main() -> None:
     parser.add_argument("--redis-url", default=os.environ.get("ES_RAG_REDIS_URL"))
     parser.add_argument("--workers", default="1,2", help="comma list of worker counts")
     parser.add_argument("--texts", type=int, default=600)
+    parser.add_argument(
+        "--per-doc", type=int, default=1, help="texts per enqueued file (one section each)"
+    )
     parser.add_argument("--no-peer", action="store_true", help="skip langchain")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "cranfield")
     parser.add_argument("--output", type=Path)
@@ -204,6 +209,7 @@ def main() -> None:
             "model": Path(model).name,
         },
         "texts": len(texts),
+        "texts_per_document": args.per_doc,
         "embedding_only_chunks_per_s": round(embed_rate, 2),
         "queue": [],
     }
@@ -211,9 +217,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         files = []
-        for doc in documents:
-            path = folder / f"{doc.doc_id}.md"
-            path.write_text(doc.text, encoding="utf-8")
+        for start in range(0, len(documents), args.per_doc):
+            group = documents[start : start + args.per_doc]
+            path = folder / f"{group[0].doc_id}.md"
+            if len(group) == 1:
+                path.write_text(group[0].text, encoding="utf-8")
+            else:  # one section per text: the chunker keeps each a chunk of its own
+                body = "\n\n".join("#" + d.text for d in group)
+                path.write_text(f"# {group[0].doc_id}\n\n{body}\n", encoding="utf-8")
             files.append(path)
         for n in [int(x) for x in args.workers.split(",") if x.strip()]:
             run = queue_run(base, n, files, acl, folder)

@@ -429,3 +429,98 @@ def test_search_server_restart_mid_ingest_is_retried(
     engine.refresh(env["ES_RAG_INDEX"])
     per_doc = {k: engine.count(env["ES_RAG_INDEX"], {"term": {"doc_id": k}}) for k in rows}
     assert len(set(per_doc.values())) == 1 and min(per_doc.values()) > 0, per_doc
+
+
+def test_sync_directory_mirrors_a_folder(
+    env: dict[str, str], workers: Callable[[dict[str, str]], Worker], tmp_path: Path
+) -> None:
+    from workers.app import make_app
+
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    (folder / "keep.md").write_text("# Keep\n\nThis document stays.\n")
+    (folder / "gone.md").write_text("# Gone\n\nThis document will be removed.\n")
+    workers(env)
+    settings = settings_of(env)
+    app = make_app(settings)
+    acl = {"tenant": "acme", "public": True}
+    first = app.send_task("es_rag.sync_directory", args=[str(folder), acl]).get(timeout=120)
+    assert first == {"enqueued": 2, "deleted": 0}
+    for name in ("keep.md", "gone.md"):
+        assert wait_status(env, str(folder / name), {"indexed", "failed"})["status"] == "indexed"
+    (folder / "gone.md").unlink()
+    second = app.send_task("es_rag.sync_directory", args=[str(folder), acl]).get(timeout=120)
+    assert second == {"enqueued": 1, "deleted": 1}
+    ingestor = Ingestor(settings)
+    deadline = time.monotonic() + 60
+    while str(folder / "gone.md") in ingestor.index.doc_ids() and time.monotonic() < deadline:
+        time.sleep(0.5)
+        ingestor.index.refresh()
+    assert ingestor.index.doc_ids(prefix=str(folder)) == {str(folder / "keep.md")}
+
+
+def test_split_parse_and_embed_queues_with_the_celery_command(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """CPU workers on the parse queue hand documents to GPU workers on the embed queue."""
+    split = {
+        **env,
+        "ES_RAG_PARSE_QUEUE": f"{env['ES_RAG_QUEUE']}-parse",
+        "ES_RAG_EMBED_QUEUE": f"{env['ES_RAG_QUEUE']}-embed",
+    }
+    procs = []
+    for queue in (split["ES_RAG_PARSE_QUEUE"], split["ES_RAG_EMBED_QUEUE"]):
+        log = tmp_path / f"{queue}.log"
+        procs.append(
+            (
+                subprocess.Popen(
+                    [sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+                     "-Q", queue, "--pool", "solo", "--loglevel", "INFO"],
+                    env=split, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                ),
+                log,
+            )
+        )  # fmt: skip
+    try:
+        for proc, log in procs:
+            deadline = time.monotonic() + 90
+            while "ready." not in log.read_text(errors="replace"):
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.3)
+        doc = tmp_path / "split.md"
+        doc.write_text("# Split\n\nParsed on one queue, embedded on the other.\n")
+        proc = cli(split, "ingest", "--queue", str(doc), "--tenant", "acme", "--public", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["results"][0]["status"] == "indexed"
+        row = Ingestor(settings_of(split)).status.get(str(doc))
+        assert row and row["timings_ms"]["parse"] > 0 and row["timings_ms"]["embed"] > 0
+        parse_log, embed_log = (log.read_text() for _, log in procs)
+        assert "es_rag.ingest" in parse_log and "es_rag.index_document" not in parse_log
+        assert "es_rag.index_document" in embed_log and "es_rag.ingest[" not in embed_log
+    finally:
+        for proc, _ in procs:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+def test_a_running_row_past_the_hard_limit_becomes_failed_timeout(env: dict[str, str]) -> None:
+    ingestor = Ingestor(settings_of(env))
+    status = ingestor.status
+    status.record("stuck", "running", started_at="2020-01-01T00:00:00+00:00", attempts=1)
+    status.record("fresh", "running", started_at=datetime_now(), attempts=1)
+    status.refresh()
+    assert status.expire(running_for_s=60) == ["stuck"]
+    status.refresh()
+    stuck = status.get("stuck")
+    assert stuck and stuck["status"] == "failed" and stuck["error_type"] == "TimeoutError"
+    assert stuck["error"].startswith("timeout")
+    assert status.get("fresh")["status"] == "running"  # type: ignore[index]
+    out = json.loads(cli(env, "status", "--json").stdout)
+    assert out["counts"]["failed"] == 1 and out["failed"][0]["doc_id"] == "stuck"
+
+
+def datetime_now() -> str:
+    from es_rag.engine.status import now_iso
+
+    return now_iso()
