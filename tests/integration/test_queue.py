@@ -458,6 +458,18 @@ def test_sync_directory_mirrors_a_folder(
         ingestor.index.refresh()
     assert ingestor.index.doc_ids(prefix=str(folder)) == {str(folder / "keep.md")}
 
+    # An ACL change through the worker: access fields only, visible at once.
+    keep = str(folder / "keep.md")
+    searcher = Searcher(settings)
+    outsider = make_caller("acme", users=["user:eve"])
+    assert searcher.search("document stays", caller=outsider, k=3).hits
+    restricted = {"tenant": "acme", "allow": ["group:keepers"]}
+    updated = app.send_task("es_rag.update_acl", args=[keep, restricted]).get(timeout=120)
+    assert updated >= 2
+    assert searcher.search("document stays", caller=outsider, k=3).hits == []
+    keeper = make_caller("acme", groups=["group:keepers"])
+    assert [h.doc_id for h in searcher.search("document stays", caller=keeper, k=3).hits] == [keep]
+
 
 def test_split_parse_and_embed_queues_with_the_celery_command(
     env: dict[str, str], tmp_path: Path

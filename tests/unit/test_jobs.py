@@ -1,0 +1,97 @@
+"""Queue plumbing that needs no server: payloads, failure classes, fences, Celery settings."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import redis
+from pydantic import ValidationError
+
+from es_rag import jobs
+from es_rag.acl import make_acl
+from es_rag.config import Settings
+from es_rag.errors import (
+    AccessControlError,
+    BulkIndexingError,
+    DimensionMismatchError,
+    EmbeddingError,
+    EngineUnavailableError,
+    IndexBlockedError,
+    InputError,
+    UnsupportedFormatError,
+)
+from es_rag.pipeline import acl_hash, fence_version
+from workers.app import make_app
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (EngineUnavailableError("bulk write: search server unreachable"), True),
+        (redis.exceptions.ConnectionError("reset"), True),
+        (EmbeddingError("openai embedding: server unreachable after 5 attempts"), True),
+        (EmbeddingError("model returned NaN"), False),
+        (UnsupportedFormatError("x.pdf: unsupported"), False),
+        (InputError("empty document"), False),
+        (AccessControlError("no ACL"), False),
+        (DimensionMismatchError(expected=384, got=768), False),
+        (IndexBlockedError("read_only_allow_delete"), False),
+        (BulkIndexingError("indexing d: 1 chunk(s) failed", [{"chunk_id": "c"}]), False),
+    ],
+)
+def test_only_transient_failures_are_retried(exc: Exception, transient: bool) -> None:
+    assert jobs.is_transient(exc) is transient
+    assert type(pickle.loads(pickle.dumps(exc))) is type(exc)  # Celery carries them
+
+
+def test_payload_is_typed_and_round_trips_as_json() -> None:
+    p = jobs.IngestPayload(path="file:///data/a.md", tenant="acme", allow=["group:g"])
+    assert p.file.as_posix() == "/data/a.md" and p.key == "file:///data/a.md"
+    again = jobs.IngestPayload.model_validate(p.model_dump())
+    assert again == p and again.acl() == make_acl("acme", allow=["group:g"])
+    with pytest.raises(ValidationError):
+        jobs.IngestPayload.model_validate({"path": "/a.md"})  # no tenant
+    with pytest.raises(AccessControlError):
+        jobs.IngestPayload(path="/a.md", tenant="acme").acl()  # neither public nor allowed
+
+
+@pytest.mark.parametrize(
+    ("version", "fenced"), [("7", 7), ("0", 0), ("v7", None), (None, None), ("2024-01-01", None)]
+)
+def test_only_integer_versions_are_fenced(version: str | None, fenced: int | None) -> None:
+    assert fence_version(version) == fenced
+
+
+def test_acl_hash_is_the_acl_half_of_doc_hash() -> None:
+    a = make_acl("acme", allow=["group:a"])
+    b = make_acl("acme", allow=["group:a", "group:b"])
+    assert acl_hash(a) == acl_hash(make_acl("acme", allow=["group:a"])) != acl_hash(b)
+    assert len(acl_hash(a)) == 32
+
+
+def test_celery_reliability_settings() -> None:
+    settings = Settings(task_soft_time_limit=50, task_time_limit=60, redis_url="redis://r:1/2")
+    conf = make_app(settings).conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert (conf.task_soft_time_limit, conf.task_time_limit) == (50, 60)
+    assert conf.broker_transport_options["visibility_timeout"] == 360 > conf.task_time_limit
+    assert conf.broker_url == conf.result_backend == "redis://r:1/2"
+    assert [q.name for q in conf.task_queues] == ["es-rag"]
+
+
+def test_split_queues_route_parse_and_embed() -> None:
+    conf = make_app(Settings(parse_queue="cpu", embed_queue="gpu")).conf
+    assert sorted(q.name for q in conf.task_queues) == ["cpu", "es-rag", "gpu"]
+    assert conf.task_routes["es_rag.ingest"] == {"queue": "cpu"}
+    assert conf.task_routes["es_rag.index_document"] == {"queue": "gpu"}
+
+
+def test_limits_must_be_ordered() -> None:
+    with pytest.raises(ValidationError, match="task_time_limit"):
+        Settings(task_soft_time_limit=100, task_time_limit=100)
+    with pytest.raises(ValidationError, match="visibility_timeout"):
+        Settings(task_time_limit=100, task_soft_time_limit=50, visibility_timeout=90)
