@@ -246,7 +246,24 @@ def _ingest_queued(
                 **acl_fields,
             )
             jobs.mark_queued(ingestor, payload)
-            app.send_task("es_rag.ingest", args=[payload.model_dump()])
+            try:
+                app.send_task(
+                    "es_rag.ingest", args=[payload.model_dump()], retry=False, ignore_result=True
+                )
+            except Exception as exc:  # kombu/redis: the broker is down; nothing was queued
+                ingestor.status.record(
+                    key,
+                    "failed",
+                    payload=payload.model_dump(),
+                    attempts=0,
+                    error_type="EngineUnavailableError",
+                    error=f"could not enqueue: Redis at {ingestor.settings.redis_url} ({exc})",
+                )
+                _fail(
+                    f"EngineUnavailableError: cannot enqueue: Redis at "
+                    f"{ingestor.settings.redis_url} is unreachable ({type(exc).__name__}); "
+                    f"{len(keys)} document(s) were queued before it failed"
+                )
             keys.append(key)
 
     _run(enqueue)
@@ -404,7 +421,7 @@ def requeue(
             continue
         payload = jobs.IngestPayload.model_validate(row["payload"])
         _run(lambda p=payload: jobs.mark_queued(ingestor, p))
-        celery_app.send_task("es_rag.ingest", args=[payload.model_dump()])
+        celery_app.send_task("es_rag.ingest", args=[payload.model_dump()], ignore_result=True)
         sent.append(payload.key)
     typer.echo(json.dumps({"requeued": sent}))
 

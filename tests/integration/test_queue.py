@@ -536,3 +536,19 @@ def datetime_now() -> str:
     from es_rag.engine.status import now_iso
 
     return now_iso()
+
+
+def test_a_dead_redis_is_one_clear_line_and_the_document_is_marked(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.conftest import free_port
+
+    dead = {**env, "ES_RAG_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    doc = tmp_path / "a.md"
+    doc.write_text("# A\n\nText.\n")
+    proc = cli(dead, "ingest", "--queue", str(doc), "--tenant", "acme", "--public")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "EngineUnavailableError: cannot enqueue: Redis" in lines[0]
+    row = Ingestor(settings_of(dead)).status.get(str(doc))
+    assert row and row["status"] == "failed" and row["payload"]["path"] == str(doc.resolve())
