@@ -60,10 +60,10 @@ def env(
 class Worker:
     """``es-rag worker`` as its own process group, so kill -9 takes all of it."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, pool: str = "solo") -> None:
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "es_rag.cli", "worker", "--pool", "solo"],
+            [sys.executable, "-m", "es_rag.cli", "worker", "--pool", pool],
             env=env,
             cwd=ROOT,
             stdout=log.open("ab"),
@@ -552,3 +552,28 @@ def test_a_dead_redis_is_one_clear_line_and_the_document_is_marked(
     assert "EngineUnavailableError: cannot enqueue: Redis" in lines[0]
     row = Ingestor(settings_of(dead)).status.get(str(doc))
     assert row and row["status"] == "failed" and row["payload"]["path"] == str(doc.resolve())
+
+
+def test_the_soft_time_limit_fails_the_document_as_a_timeout(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Time limits need the prefork pool (solo cannot interrupt itself)."""
+    limited = {
+        **env,
+        "ES_RAG_TASK_SOFT_TIME_LIMIT": "2",
+        "ES_RAG_TASK_TIME_LIMIT": "8",
+        "ES_RAG_VISIBILITY_TIMEOUT": "30",
+    }
+    worker = Worker(limited, tmp_path / "prefork.log", pool="prefork")
+    try:
+        doc = big_document(tmp_path / "slow.md", paragraphs=400)
+        proc = cli(limited, "ingest", "--queue", str(doc), "--doc-id", "slow", "--tenant",
+                   "acme", "--public", "--json")  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        (result,) = json.loads(proc.stdout)["results"]
+        assert result["status"] == "failed" and result["error"].startswith("timeout")
+        row = Ingestor(settings_of(limited)).status.get("slow")
+        assert row and row["error_type"] == "TimeoutError"
+        assert worker.alive()
+    finally:
+        worker.stop()
