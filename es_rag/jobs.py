@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, Field
 
 from es_rag.acl import make_acl
@@ -99,6 +100,16 @@ def is_transient(exc: BaseException) -> bool:
         return False
 
 
+def hit_time_limit(exc: BaseException) -> bool:
+    """A time-limit signal that a library wrapped in its own error on the way up."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SoftTimeLimitExceeded):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def mark_queued(ingestor: Ingestor, payload: IngestPayload, task_id: str | None = None) -> None:
     ingestor.status.record(
         payload.key,
@@ -156,6 +167,8 @@ def run_ingest(
             document = parse(payload)
         result = ingestor.ingest(document.document())
     except EsRagError as exc:
+        if hit_time_limit(exc):
+            raise SoftTimeLimitExceeded(str(exc)) from exc  # not the model's fault
         if is_transient(exc):
             raise  # the caller retries; the row stays "running" with its attempt count
         result = IngestResult(
@@ -207,5 +220,7 @@ def plan_sync(
     ]
     present = {p.key for p in payloads}
     prefix = str(root).rstrip("/") + "/"
+    if ingestor.index.exists():
+        ingestor.index.refresh()  # documents indexed a moment ago must count as present
     indexed = ingestor.index.doc_ids(prefix=prefix)
     return payloads, sorted(d for d in indexed if d not in present)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_process_init
 
 from es_rag import jobs
 from es_rag.config import Settings
@@ -31,6 +32,20 @@ def ingestor(task: Task) -> Ingestor:
     if _ingestor is None:
         _ingestor = Ingestor(settings_of(task))
     return _ingestor
+
+
+@worker_process_init.connect
+def _load_models(**_: Any) -> None:
+    """Each prefork child loads its model once, at start, outside any task's time limit.
+
+    (A solo worker loads on its first task; it enforces no time limits anyway.) The
+    search client stays lazy: the server may be down now and up by the first task.
+    """
+    global _ingestor
+    settings: Settings = getattr(current_app.conf, "es_rag_settings", None) or Settings()
+    _ingestor = Ingestor(settings)
+    _ingestor.embedder.embed(["warm-up"], kind="passage")
+    _ingestor.analyzer.analyze("warm-up")
 
 
 def _retry(task: Task, exc: Exception) -> Exception:

@@ -153,6 +153,8 @@ class ChunkIndex:
     def doc_ids(self, *, prefix: str = "") -> set[str]:
         """Every doc id in the index (optionally starting with ``prefix``), by aggregation."""
         ids: set[str] = set()
+        if not self.exists():
+            return ids
         after: dict[str, Any] | None = None
         query: dict[str, Any] = {"prefix": {"doc_id": prefix}} if prefix else {"match_all": {}}
         while True:

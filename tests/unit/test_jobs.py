@@ -95,3 +95,16 @@ def test_limits_must_be_ordered() -> None:
         Settings(task_soft_time_limit=100, task_time_limit=100)
     with pytest.raises(ValidationError, match="visibility_timeout"):
         Settings(task_time_limit=100, task_soft_time_limit=50, visibility_timeout=90)
+
+
+def test_a_wrapped_time_limit_is_recognised() -> None:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    try:
+        try:
+            raise SoftTimeLimitExceeded()
+        except SoftTimeLimitExceeded as inner:
+            raise EmbeddingError("cannot load st model 'x'") from inner
+    except EmbeddingError as exc:
+        assert jobs.hit_time_limit(exc)
+    assert not jobs.hit_time_limit(EmbeddingError("model returned NaN"))
