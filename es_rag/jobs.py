@@ -28,7 +28,10 @@ from es_rag.errors import EmbeddingError, EngineUnavailableError, EsRagError, In
 from es_rag.pipeline import Ingestor, expand_paths, load_document
 from es_rag.types import AccessControl, Document, IngestResult
 
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+def worker_id() -> str:
+    """host:pid of this process (read at call time: prefork children have their own pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class AclPayload(BaseModel):
@@ -154,7 +157,7 @@ def run_ingest(
     base = {
         "payload": payload.model_dump(),
         "attempts": attempt,
-        "worker": WORKER_ID,
+        "worker": worker_id(),
         "task_id": task_id,
         "doc_version": payload.doc_version,
         "started_at": started,

@@ -74,7 +74,7 @@ def _run(
             "failed",
             payload=payload.model_dump(),
             attempts=task.request.retries + 1,
-            worker=jobs.WORKER_ID,
+            worker=jobs.worker_id(),
             error_type="TimeoutError",
             error="timeout: the task hit its soft time limit",
             finished_at=now_iso(),
