@@ -508,8 +508,9 @@ def test_split_parse_and_embed_queues_with_the_celery_command(
         row = Ingestor(settings_of(split)).status.get(str(doc))
         assert row and row["timings_ms"]["parse"] > 0 and row["timings_ms"]["embed"] > 0
         parse_log, embed_log = (log.read_text() for _, log in procs)
-        assert "es_rag.ingest" in parse_log and "es_rag.index_document" not in parse_log
-        assert "es_rag.index_document" in embed_log and "es_rag.ingest[" not in embed_log
+        # "Task <name>[<id>] received": which worker ran which half
+        assert "Task es_rag.ingest[" in parse_log and "Task es_rag.index_document[" not in parse_log
+        assert "Task es_rag.index_document[" in embed_log and "Task es_rag.ingest[" not in embed_log
     finally:
         for proc, _ in procs:
             os.killpg(proc.pid, signal.SIGTERM)
