@@ -245,11 +245,10 @@ def _ingest_queued(
                 metadata=metadata,
                 **acl_fields,
             )
-            jobs.mark_queued(ingestor, payload)
             try:
-                app.send_task(
-                    "es_rag.ingest", args=[payload.model_dump()], retry=False, ignore_result=True
-                )
+                jobs.enqueue(ingestor, app, payload, retry=False)
+            except EsRagErrorType:
+                raise  # the status index could not be written: reported by _run
             except Exception as exc:  # kombu/redis: the broker is down; nothing was queued
                 ingestor.status.record(
                     key,
@@ -287,6 +286,7 @@ def _ingest_queued(
     status = ingestor.status
     done: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout
+    next_expiry = 0.0
     while len(done) < len(keys):
         if time.monotonic() > deadline:
             _fail(
@@ -296,7 +296,9 @@ def _ingest_queued(
             )
         time.sleep(0.5)
         _run(status.refresh)
-        _run(lambda: status.expire(running_for_s=ingestor.settings.task_time_limit + 60))
+        if time.monotonic() >= next_expiry:  # stuck rows are minutes old: no need each poll
+            _run(lambda: jobs.expire_stuck(ingestor))
+            next_expiry = time.monotonic() + 30.0
         pending = [k for k in keys if k not in done]
         for row in _run(lambda p=pending: status.rows(doc_ids=p[:1000])):
             if row["status"] in FINAL and row["doc_id"] not in done:
@@ -368,12 +370,13 @@ def status(
     """Queue depth and documents per status; failed ones with their error."""
     import redis
 
+    from es_rag import jobs
     from es_rag.pipeline import Ingestor
 
     settings = _settings()
     ingestor = Ingestor(settings)
     st = ingestor.status
-    _run(lambda: st.expire(running_for_s=settings.task_time_limit + 60))
+    _run(lambda: jobs.expire_stuck(ingestor))
     _run(st.refresh)
     counts = _run(st.counts)
     failed = [
@@ -420,8 +423,7 @@ def requeue(
         if not row.get("payload"):
             continue
         payload = jobs.IngestPayload.model_validate(row["payload"])
-        _run(lambda p=payload: jobs.mark_queued(ingestor, p))
-        celery_app.send_task("es_rag.ingest", args=[payload.model_dump()], ignore_result=True)
+        _run(lambda p=payload: jobs.enqueue(ingestor, celery_app, p))
         sent.append(payload.key)
     typer.echo(json.dumps({"requeued": sent}))
 

@@ -28,6 +28,8 @@ from es_rag.errors import EmbeddingError, EngineUnavailableError, EsRagError, In
 from es_rag.pipeline import Ingestor, expand_paths, load_document
 from es_rag.types import AccessControl, Document, IngestResult
 
+INGEST_TASK = "es_rag.ingest"
+
 
 def worker_id() -> str:
     """host:pid of this process (read at call time: prefork children have their own pid)."""
@@ -113,15 +115,22 @@ def hit_time_limit(exc: BaseException) -> bool:
     return False
 
 
-def mark_queued(ingestor: Ingestor, payload: IngestPayload, task_id: str | None = None) -> None:
+def enqueue(ingestor: Ingestor, app: Any, payload: IngestPayload, *, retry: bool = True) -> None:
+    """A ``queued`` status row first, then the task.
+
+    In this order a fast worker's outcome is never overwritten by "queued". The sender
+    does not subscribe to the result (``ignore_result``): outcomes are read from the
+    status index, and a dead Redis then fails the send at once.
+    """
     ingestor.status.record(
-        payload.key,
-        "queued",
-        payload=payload.model_dump(),
-        task_id=task_id,
-        attempts=0,
-        queued_at=now_iso(),
+        payload.key, "queued", payload=payload.model_dump(), attempts=0, queued_at=now_iso()
     )
+    app.send_task(INGEST_TASK, args=[payload.model_dump()], ignore_result=True, retry=retry)
+
+
+def expire_stuck(ingestor: Ingestor) -> list[str]:
+    """Rows ``running`` past the hard time limit (plus a minute) become failed: timeout."""
+    return ingestor.status.expire(running_for_s=ingestor.settings.task_time_limit + 60)
 
 
 def parse(payload: IngestPayload) -> DocumentPayload:

@@ -135,14 +135,13 @@ def queue_run(
         # warm-up: one document per worker, so model loading is outside the clock
         warm = [jobs.IngestPayload(path=str(files[0]), doc_id=f"warm-{i}", **acl) for i in range(n)]
         for p in warm:
-            app.send_task("es_rag.ingest", args=[p.model_dump()], ignore_result=True)
+            jobs.enqueue(ingestor, app, p)
         wait_all(ingestor, len(warm), 300)
         t0 = time.perf_counter()
         keys = []
         for path in files:
             payload = jobs.IngestPayload(path=str(path), doc_id=path.stem, **acl)
-            jobs.mark_queued(ingestor, payload)
-            app.send_task("es_rag.ingest", args=[payload.model_dump()], ignore_result=True)
+            jobs.enqueue(ingestor, app, payload)
             keys.append(payload.key)
         rows = wait_all(ingestor, len(keys) + len(warm), 3600)
         chunks = sum(int(r.get("chunks") or 0) for r in rows if r["doc_id"] in set(keys))

@@ -6,7 +6,9 @@ on its first task, never at import: a prefork pool forks before any model is loa
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from celery import Task, current_app, shared_task
@@ -57,17 +59,29 @@ def _retry(task: Task, exc: Exception) -> Exception:
     )
 
 
+@contextlib.contextmanager
+def _retrying(task: Task) -> Iterator[None]:
+    """A transient failure becomes a retry with backoff; any other fails the task."""
+    try:
+        yield
+    except Exception as exc:
+        if jobs.is_transient(exc):
+            raise _retry(task, exc) from exc
+        raise
+
+
 def _run(
     task: Task, payload: jobs.IngestPayload, doc: jobs.DocumentPayload | None
 ) -> dict[str, Any]:
     try:
-        result = jobs.run_ingest(
-            ingestor(task),
-            payload,
-            attempt=task.request.retries + 1,
-            task_id=task.request.id,
-            doc=doc,
-        )
+        with _retrying(task):
+            result = jobs.run_ingest(
+                ingestor(task),
+                payload,
+                attempt=task.request.retries + 1,
+                task_id=task.request.id,
+                doc=doc,
+            )
     except SoftTimeLimitExceeded:
         ingestor(task).status.record(
             payload.key,
@@ -79,10 +93,6 @@ def _run(
             error="timeout: the task hit its soft time limit",
             finished_at=now_iso(),
         )
-        raise
-    except Exception as exc:
-        if jobs.is_transient(exc):
-            raise _retry(task, exc) from exc
         raise
     return result.to_dict()
 
@@ -116,23 +126,15 @@ def index_document(self: Task, payload: dict[str, Any], document: dict[str, Any]
 
 @shared_task(name="es_rag.delete", bind=True)
 def delete(self: Task, doc_id: str) -> int:
-    try:
+    with _retrying(self):
         return jobs.run_delete(ingestor(self), doc_id)
-    except Exception as exc:
-        if jobs.is_transient(exc):
-            raise _retry(self, exc) from exc
-        raise
 
 
 @shared_task(name="es_rag.update_acl", bind=True)
 def update_acl(self: Task, doc_id: str, acl: dict[str, Any]) -> int:
     """Rewrite access fields only: no parsing, no embedding."""
-    try:
+    with _retrying(self):
         return jobs.run_update_acl(ingestor(self), doc_id, jobs.AclPayload.model_validate(acl))
-    except Exception as exc:
-        if jobs.is_transient(exc):
-            raise _retry(self, exc) from exc
-        raise
 
 
 @shared_task(name="es_rag.sync_directory", bind=True)
@@ -140,17 +142,12 @@ def sync_directory(
     self: Task, folder: str, acl: dict[str, Any], metadata: dict[str, Any] | None = None
 ) -> dict[str, int]:
     """Enqueue every file of ``folder`` and delete documents whose files are gone."""
-    try:
+    with _retrying(self):
         payloads, gone = jobs.plan_sync(
             ingestor(self), folder, jobs.AclPayload.model_validate(acl), metadata
         )
-    except Exception as exc:
-        if jobs.is_transient(exc):
-            raise _retry(self, exc) from exc
-        raise
     for p in payloads:
-        jobs.mark_queued(ingestor(self), p)
-        ingest.delay(p.model_dump())
+        jobs.enqueue(ingestor(self), self.app, p)
     for doc_id in gone:
         delete.delay(doc_id)
     return {"enqueued": len(payloads), "deleted": len(gone)}

@@ -14,6 +14,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
 from es_rag.config import Settings
@@ -46,9 +47,18 @@ class Engine(ABC):
     """A search server behind its own client. Construction does no I/O."""
 
     flavor: ClassVar[str]
+    #: the client library's ``helpers`` module (scan, streaming_bulk) and its 404 error;
+    #: both libraries share those signatures, so the methods using them live here.
+    helpers: ClassVar[ModuleType]
+    not_found: ClassVar[type[Exception]]
 
     def __init__(self, client: Any) -> None:
         self.client = client
+
+    @staticmethod
+    @abstractmethod
+    def body(resp: Any) -> Any:
+        """The JSON of a client response (elasticsearch-py wraps it, opensearch-py does not)."""
 
     # --- errors --------------------------------------------------------------------------
     @abstractmethod
@@ -72,14 +82,20 @@ class Engine(ABC):
     @abstractmethod
     def count(self, index: str, query: dict[str, Any]) -> int: ...
 
-    @abstractmethod
     def scan(self, index: str, body: dict[str, Any], *, size: int = 1000) -> Iterator[dict]:
         """Every hit of ``body`` (scroll), for bookkeeping reads such as a document's chunks."""
+        with self.errors(f"scan {index}"):
+            yield from self.helpers.scan(self.client, index=index, query=body, size=size)
 
     # --- indices and aliases -------------------------------------------------------------
-    @abstractmethod
     def alias_indices(self, alias: str) -> list[str]:
         """Concrete indices behind ``alias``, sorted; [] when the alias does not exist."""
+        with self.errors(f"resolve alias {alias}"):
+            try:
+                resp = self.client.indices.get_alias(name=alias)
+            except self.not_found:
+                return []
+        return sorted(self.body(resp))
 
     @abstractmethod
     def index_exists(self, name: str) -> bool: ...
@@ -87,9 +103,10 @@ class Engine(ABC):
     @abstractmethod
     def list_indices(self, pattern: str) -> list[str]: ...
 
-    @abstractmethod
     def mapping(self, index: str) -> dict[str, Any]:
         """The ``mappings`` object of one concrete index."""
+        resp = self.call("read mapping", lambda: self.client.indices.get_mapping(index=index))
+        return dict(self.body(resp)[index]["mappings"])
 
     @abstractmethod
     def create_index(self, name: str, body: dict[str, Any]) -> None: ...
@@ -97,8 +114,8 @@ class Engine(ABC):
     @abstractmethod
     def delete_index(self, name: str) -> None: ...
 
-    @abstractmethod
-    def refresh(self, index: str) -> None: ...
+    def refresh(self, index: str) -> None:
+        self.call("refresh", lambda: self.client.indices.refresh(index=index))
 
     @abstractmethod
     def index_settings(self, index: str) -> dict[str, Any]:
@@ -135,16 +152,20 @@ class Engine(ABC):
         decides atomically, so two writers racing with versions 5 and 6 keep 6.
         """
 
-    @abstractmethod
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
         """``_source`` plus ``_version`` of one document, None when absent."""
+        with self.errors(f"read {index}/{doc_id}"):
+            try:
+                resp = self.body(self.client.get(index=index, id=doc_id))
+            except self.not_found:
+                return None
+        return {**resp.get("_source", {}), "_version": resp.get("_version")}
 
     def index_body(self, settings: Settings, contract: IndexContract) -> dict[str, Any]:
         """The create-index body for this engine (mapping template filled from settings)."""
         return build_index_body(settings, contract, engine=self.flavor)
 
     # --- writes --------------------------------------------------------------------------
-    @abstractmethod
     def streaming_bulk(
         self,
         actions: Iterable[dict[str, Any]],
@@ -154,6 +175,16 @@ class Engine(ABC):
         initial_backoff: float,
     ) -> Iterator[tuple[bool, dict[str, Any]]]:
         """The client library's ``helpers.streaming_bulk`` with errors collected, not raised."""
+        with self.errors("bulk write"):
+            yield from self.helpers.streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=chunk_size,
+                max_retries=max_retries,
+                initial_backoff=initial_backoff,
+                raise_on_error=False,
+                raise_on_exception=True,
+            )
 
     # --- cluster -------------------------------------------------------------------------
     @abstractmethod

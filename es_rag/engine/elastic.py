@@ -10,11 +10,13 @@ installed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any, ClassVar
 
 import elastic_transport
-from elasticsearch import ApiError, Elasticsearch, NotFoundError, helpers
+from elasticsearch import ApiError, Elasticsearch, NotFoundError
+from elasticsearch import helpers as es_helpers
 
 from es_rag.config import Settings
 from es_rag.engine.base import (
@@ -49,7 +51,13 @@ def make_elasticsearch_client(settings: Settings) -> Elasticsearch:
 
 class ElasticsearchEngine(Engine):
     flavor = "elasticsearch"
+    helpers: ClassVar[ModuleType] = es_helpers
+    not_found = NotFoundError
     client: Elasticsearch
+
+    @staticmethod
+    def body(resp: Any) -> Any:
+        return resp.body
 
     @contextlib.contextmanager
     def errors(self, what: str) -> Iterator[None]:
@@ -82,19 +90,7 @@ class ElasticsearchEngine(Engine):
         resp = self.call("count", lambda: self.client.count(index=index, query=query))
         return int(resp.body["count"])
 
-    def scan(self, index: str, body: dict[str, Any], *, size: int = 1000) -> Iterator[dict]:
-        with self.errors(f"scan {index}"):
-            yield from helpers.scan(self.client, index=index, query=body, size=size)
-
     # --- indices and aliases -------------------------------------------------------------
-    def alias_indices(self, alias: str) -> list[str]:
-        with self.errors(f"resolve alias {alias}"):
-            try:
-                resp = self.client.indices.get_alias(name=alias)
-            except NotFoundError:
-                return []
-        return sorted(resp.body)
-
     def index_exists(self, name: str) -> bool:
         return bool(self.call("check name", lambda: self.client.indices.exists(index=name)).body)
 
@@ -105,10 +101,6 @@ class ElasticsearchEngine(Engine):
         )
         return sorted(resp.body)
 
-    def mapping(self, index: str) -> dict[str, Any]:
-        resp = self.call("read mapping", lambda: self.client.indices.get_mapping(index=index))
-        return dict(resp.body[index]["mappings"])
-
     def create_index(self, name: str, body: dict[str, Any]) -> None:
         self.call(f"create index {name}", lambda: self.client.indices.create(index=name, body=body))
 
@@ -117,9 +109,6 @@ class ElasticsearchEngine(Engine):
             f"delete index {name}",
             lambda: self.client.indices.delete(index=name, ignore_unavailable=True),
         )
-
-    def refresh(self, index: str) -> None:
-        self.call("refresh", lambda: self.client.indices.refresh(index=index))
 
     def index_settings(self, index: str) -> dict[str, Any]:
         resp = self.call(
@@ -150,34 +139,6 @@ class ElasticsearchEngine(Engine):
                     return False
                 raise
         return True
-
-    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
-        with self.errors(f"read {index}/{doc_id}"):
-            try:
-                resp = self.client.get(index=index, id=doc_id)
-            except NotFoundError:
-                return None
-        return {**resp.body.get("_source", {}), "_version": resp.body.get("_version")}
-
-    # --- writes --------------------------------------------------------------------------
-    def streaming_bulk(
-        self,
-        actions: Iterable[dict[str, Any]],
-        *,
-        chunk_size: int,
-        max_retries: int,
-        initial_backoff: float,
-    ) -> Iterator[tuple[bool, dict[str, Any]]]:
-        with self.errors("bulk write"):
-            yield from helpers.streaming_bulk(
-                self.client,
-                actions,
-                chunk_size=chunk_size,
-                max_retries=max_retries,
-                initial_backoff=initial_backoff,
-                raise_on_error=False,
-                raise_on_exception=True,
-            )
 
     # --- cluster -------------------------------------------------------------------------
     def probe(self, index: str) -> ClusterInfo:

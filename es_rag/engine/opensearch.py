@@ -11,11 +11,13 @@ client-side), and there is no license API.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any, ClassVar
 
-from opensearchpy import OpenSearch, helpers
+from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
+from opensearchpy import helpers as os_helpers
 
 from es_rag.config import Settings
 from es_rag.engine.base import (
@@ -66,7 +68,13 @@ def make_opensearch_client(settings: Settings) -> OpenSearch:
 
 class OpenSearchEngine(Engine):
     flavor = "opensearch"
+    helpers: ClassVar[ModuleType] = os_helpers
+    not_found = os_exc.NotFoundError
     client: OpenSearch
+
+    @staticmethod
+    def body(resp: Any) -> Any:
+        return resp
 
     def __init__(self, client: OpenSearch, *, native_knn: bool = False) -> None:
         super().__init__(client)
@@ -104,19 +112,7 @@ class OpenSearchEngine(Engine):
         resp = self.call("count", lambda: self.client.count(index=index, body={"query": query}))
         return int(resp["count"])
 
-    def scan(self, index: str, body: dict[str, Any], *, size: int = 1000) -> Iterator[dict]:
-        with self.errors(f"scan {index}"):
-            yield from helpers.scan(self.client, index=index, query=body, size=size)
-
     # --- indices and aliases -------------------------------------------------------------
-    def alias_indices(self, alias: str) -> list[str]:
-        with self.errors(f"resolve alias {alias}"):
-            try:
-                resp = self.client.indices.get_alias(name=alias)
-            except os_exc.NotFoundError:
-                return []
-        return sorted(resp)
-
     def index_exists(self, name: str) -> bool:
         return bool(self.call("check name", lambda: self.client.indices.exists(index=name)))
 
@@ -126,10 +122,6 @@ class OpenSearchEngine(Engine):
             lambda: self.client.indices.get(index=pattern, params={"allow_no_indices": "true"}),
         )
         return sorted(resp)
-
-    def mapping(self, index: str) -> dict[str, Any]:
-        resp = self.call("read mapping", lambda: self.client.indices.get_mapping(index=index))
-        return dict(resp[index]["mappings"])
 
     def create_index(self, name: str, body: dict[str, Any]) -> None:
         """Create ``name`` after checking its vector engines against the cluster (faiss guard)."""
@@ -141,9 +133,6 @@ class OpenSearchEngine(Engine):
             f"delete index {name}",
             lambda: self.client.indices.delete(index=name, params={"ignore_unavailable": "true"}),
         )
-
-    def refresh(self, index: str) -> None:
-        self.call("refresh", lambda: self.client.indices.refresh(index=index))
 
     def index_settings(self, index: str) -> dict[str, Any]:
         resp = self.call(
@@ -174,14 +163,6 @@ class OpenSearchEngine(Engine):
                     raise
                 return False
         return True
-
-    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
-        with self.errors(f"read {index}/{doc_id}"):
-            try:
-                resp = self.client.get(index=index, id=doc_id)
-            except os_exc.NotFoundError:
-                return None
-        return {**resp.get("_source", {}), "_version": resp.get("_version")}
 
     def check_knn_engines(self, body: dict[str, Any]) -> None:
         """Refuse, before anything is written, a vector field this cluster cannot serve."""
@@ -221,27 +202,6 @@ class OpenSearchEngine(Engine):
             lambda: self.client.transport.perform_request("PUT", path, body=body),
         )
         return True
-
-    # --- writes --------------------------------------------------------------------------
-    def streaming_bulk(
-        self,
-        actions: Iterable[dict[str, Any]],
-        *,
-        chunk_size: int,
-        max_retries: int,
-        initial_backoff: float,
-    ) -> Iterator[tuple[bool, dict[str, Any]]]:
-        with self.errors("bulk write"):
-            yield from helpers.streaming_bulk(
-                self.client,
-                actions,
-                chunk_size=chunk_size,
-                max_retries=max_retries,
-                # typed int in opensearch-py, used as a float (time.sleep) by the helper
-                initial_backoff=initial_backoff,  # type: ignore[arg-type]
-                raise_on_error=False,
-                raise_on_exception=True,
-            )
 
     # --- cluster -------------------------------------------------------------------------
     def probe_once(self) -> ClusterInfo:

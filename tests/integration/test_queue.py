@@ -353,9 +353,24 @@ def many_documents(folder: Path, n: int = 6) -> Path:
     return folder
 
 
-def final_rows(env: dict[str, str], folder: Path, timeout: float = 300) -> dict[str, dict]:
+def enqueue_and_start(env: dict[str, str], folder: Path) -> None:
+    """Enqueue every file of ``folder`` and return once the first one is being worked on."""
+    proc = cli(env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public")
+    assert proc.returncode == 0, proc.stderr
+    wait_status(env, str(folder / "doc-0.md"), {"running", "indexed"}, timeout=60)
+
+
+def ends_whole(
+    env: dict[str, str], folder: Path, engine: Engine, timeout: float = 300
+) -> dict[str, dict]:
+    """Every document of ``folder`` ends indexed, each with the full set of rows."""
     keys = [str(p) for p in sorted(folder.iterdir())]
-    return {k: wait_status(env, k, {"indexed", "failed", "skipped"}, timeout) for k in keys}
+    rows = {k: wait_status(env, k, {"indexed", "failed", "skipped"}, timeout) for k in keys}
+    assert {r["status"] for r in rows.values()} <= {"indexed", "skipped"}, rows
+    engine.refresh(env["ES_RAG_INDEX"])
+    per_doc = {k: engine.count(env["ES_RAG_INDEX"], {"term": {"doc_id": k}}) for k in rows}
+    assert len(set(per_doc.values())) == 1 and min(per_doc.values()) > 0, per_doc
+    return rows
 
 
 def test_redis_restart_mid_run_loses_nothing(
@@ -370,13 +385,7 @@ def test_redis_restart_mid_run_loses_nothing(
         pytest.skip("restarts the session's own Redis; ES_RAG_REDIS_URL points at another one")
     folder = many_documents(tmp_path / "docs")
     workers(env)
-    assert (
-        cli(
-            env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public"
-        ).returncode
-        == 0
-    )
-    wait_status(env, str(folder / "doc-0.md"), {"running", "indexed"}, timeout=60)
+    enqueue_and_start(env, folder)
     import redis
 
     client = redis.Redis.from_url(env["ES_RAG_REDIS_URL"])
@@ -386,11 +395,7 @@ def test_redis_restart_mid_run_loses_nothing(
     server_script(script, "stop", "--port", str(TEST_REDIS_PORT), "--name", "pytest")
     time.sleep(3)
     server_script(script, "start", "--port", str(TEST_REDIS_PORT), "--name", "pytest")
-    rows = final_rows(env, folder)
-    assert {r["status"] for r in rows.values()} <= {"indexed", "skipped"}, rows
-    engine.refresh(env["ES_RAG_INDEX"])
-    per_doc = {k: engine.count(env["ES_RAG_INDEX"], {"term": {"doc_id": k}}) for k in rows}
-    assert len(set(per_doc.values())) == 1 and min(per_doc.values()) > 0, per_doc
+    ends_whole(env, folder, engine)
 
 
 def test_search_server_restart_mid_ingest_is_retried(
@@ -411,24 +416,14 @@ def test_search_server_restart_mid_ingest_is_retried(
     folder = many_documents(tmp_path / "docs")
     Ingestor(settings_of(env), client=engine).init_index()  # index exists before the outage
     workers(env)
-    assert (
-        cli(
-            env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public"
-        ).returncode
-        == 0
-    )
-    wait_status(env, str(folder / "doc-0.md"), {"running", "indexed"}, timeout=60)
+    enqueue_and_start(env, folder)
     script = str(ROOT / "scripts" / "search-server.sh")
     args = ["--engine", engine_name, "--port", str(port), "--name", name]
     server_script(script, "stop", *args)
     time.sleep(3)
     server_script(script, "start", *args)
-    rows = final_rows(env, folder, timeout=400)
-    assert {r["status"] for r in rows.values()} <= {"indexed", "skipped"}, rows
+    rows = ends_whole(env, folder, engine, timeout=400)
     assert max(r["attempts"] for r in rows.values()) >= 2  # the outage was retried
-    engine.refresh(env["ES_RAG_INDEX"])
-    per_doc = {k: engine.count(env["ES_RAG_INDEX"], {"term": {"doc_id": k}}) for k in rows}
-    assert len(set(per_doc.values())) == 1 and min(per_doc.values()) > 0, per_doc
 
 
 def test_sync_directory_mirrors_a_folder(
