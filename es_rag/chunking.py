@@ -1,177 +1,369 @@
-"""Heading-aware chunking for plain text and Markdown, pure (no I/O).
+"""Structure-aware chunking of parsed elements, pure (no I/O).
 
-Sections follow the Markdown heading hierarchy and become parent chunks (context, capped in
-size); each child chunk carries its parent, its title path and
-a ``context_header`` ("Document > Chapter > Section") that prefixes it for BM25 and for the
-embedding, so a chunk can be read and found on its own. Chunks are packed from whole
-sentences up to ``size`` words with about ``overlap`` words repeated from the previous
-chunk; fenced code blocks are never cut.
+Sections follow the heading hierarchy and become parent chunks (context for the answer,
+capped in size, never searched); each child chunk is packed inside its parent and carries
+its title path and a ``context_header`` line ("Document > Chapter > Section") that
+prefixes it for BM25 and the embedding, so it can be read and found on its own.
 
-Sizes are counted in words, a CJK character counting as one word. (The Unstructured-based
-chunker that counts model tokens replaces this one in the parsing issue.)
+Sizes are counted by ``count_tokens``: the Ingestor passes the embedding model's own
+tokenizer, so ``size`` means model tokens; when ``max_tokens`` (the model's input limit)
+is given, a child plus its header never exceeds it, so no chunk is silently truncated by
+the embedder. Children are packed from whole sentences (English and Chinese boundaries)
+with about ``overlap`` tokens carried over from the previous child. A table row and a
+code block are never cut: a table too big for one child is split between rows, and every
+part repeats the caption and the header row; code runs whole unless it exceeds a parent.
+Headings that head nothing (a trailing "Regards") are kept as text, so nothing is lost.
+
+:func:`text_elements` reads Markdown-flavoured plain text (the Python API's
+``Document(text=...)``) into the same elements the parser produces for files.
 """
 
 from __future__ import annotations
 
+import html as html_lib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from es_rag.types import Chunk
+from es_rag.types import Chunk, Element
 
-CHUNKER_VERSION = "md-sections-2"
+CHUNKER_VERSION = "structure-1"
 
+Counter = Callable[[str], int]
+
+_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\s\u3400-\u9fff\uf900-\ufaff]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+(?=\S)|(?<=[。！？；…])(?=.)")
+_CJK_CHAR = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SETEXT = re.compile(r"^(=+|-+)\s*$")
-_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+(?=\S)|(?<=[。！？；…])")
-_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\s\u3400-\u9fff\uf900-\ufaff]+")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(.*)$")
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+_TEXT_KINDS = ("text", "list_item", "caption", "formula", "notes", "image", "header", "footer")
+_MIN_CHILD = 16
 
 
 def count_words(text: str) -> int:
+    """Words, a CJK character counting as one: the default size unit."""
     return len(_WORD.findall(text))
 
 
+def estimate_tokens(text: str) -> int:
+    """Word-based estimate (≈ 4/3 tokens per word for subword tokenizers; CJK 1 per char)."""
+    return max(1, round(count_words(text) * 4 / 3))
+
+
+# --- sections ----------------------------------------------------------------------------
 @dataclass
 class _Section:
     path: tuple[str, ...]
-    blocks: list[tuple[str, str]]  # (kind, text): "text" or "code"
+    elements: list[Element]
 
 
-def _sections(text: str, title: str) -> list[_Section]:
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    sections: list[_Section] = []
-    heading_stack: list[tuple[int, str]] = []
-    current = _Section(path=(title,), blocks=[])
-    para: list[str] = []
-    in_code = False
-    code: list[str] = []
-
-    def flush_para() -> None:
-        if para and " ".join(para).strip():
-            current.blocks.append(("text", "\n".join(para).strip()))
-        para.clear()
-
-    for i, line in enumerate(lines):
-        if _FENCE.match(line):
-            if in_code:
-                code.append(line)
-                current.blocks.append(("code", "\n".join(code)))
-                code = []
-                in_code = False
-            else:
-                flush_para()
-                in_code = True
-                code = [line]
-            continue
-        if in_code:
-            code.append(line)
-            continue
-        match = _HEADING.match(line)
-        level, heading = (len(match.group(1)), match.group(2).strip()) if match else (0, "")
-        if not match and _SETEXT.match(line) and para and i > 0 and lines[i - 1].strip():
-            # "Title\n=====" style headings: the paragraph's last line was the heading.
-            heading = para.pop().strip()
-            level = 1 if line.lstrip().startswith("=") else 2
-        if level:
-            flush_para()
-            if current.blocks:
-                sections.append(current)
-            while heading_stack and heading_stack[-1][0] >= level:
-                heading_stack.pop()
-            heading_stack.append((level, heading))
-            path = [title] + [h for _, h in heading_stack]
-            if len(path) > 1 and path[1].casefold() == title.casefold():
-                path.pop(1)  # "# Title" repeating the document title
-            current = _Section(path=tuple(path), blocks=[])
-            continue
-        if not line.strip():
-            flush_para()
+def _real_headings(elements: Sequence[Element]) -> set[int]:
+    """Indices of headings that head some body text (directly or through sub-headings)."""
+    real: set[int] = set()
+    stack: list[tuple[int, int]] = []  # (level, index)
+    for i, el in enumerate(elements):
+        if el.kind == "title":
+            level = el.level or 1
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, i))
         else:
-            para.append(line)
-    if in_code and code:
-        current.blocks.append(("code", "\n".join(code)))
-    flush_para()
-    if current.blocks:
+            real.update(idx for _, idx in stack)
+    return real
+
+
+def _sections(elements: Sequence[Element], title: str) -> list[_Section]:
+    real = _real_headings(elements)
+    sections: list[_Section] = []
+    stack: list[tuple[int, str]] = []
+    current = _Section(path=(title,), elements=[])
+    for i, el in enumerate(elements):
+        if el.kind != "title" or i not in real:
+            current.elements.append(el if el.kind != "title" else _as_text(el))
+            continue
+        heading = " ".join(el.text.split())
+        level = el.level or 1
+        if current.elements:
+            sections.append(current)
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        if not stack and heading.casefold() == title.casefold():
+            # "# Title" repeating the document title opens the document, not a section.
+            current = _Section(path=(title,), elements=[])
+            continue
+        stack.append((level, heading))
+        current = _Section(path=(title, *(h for _, h in stack)), elements=[])
+    if current.elements:
         sections.append(current)
     return sections
 
 
-def _units(blocks: list[tuple[str, str]], size: int) -> list[tuple[str, str, int]]:
-    """(kind, text, block number): sentences of text blocks, code blocks whole.
-
-    Over-long sentences are split by words.
-    """
-    units: list[tuple[str, str, int]] = []
-    for block, (kind, text) in enumerate(blocks):
-        if kind == "code":
-            units.append(("code", text, block))
-            continue
-        for sentence in _SENTENCE_END.split(text):
-            sentence = sentence.strip()
-            if not sentence:
-                continue
-            words = _WORD.findall(sentence)
-            if len(words) <= size:
-                units.append(("text", sentence, block))
-                continue
-            for start in range(0, len(words), size):
-                piece = words[start : start + size]
-                joiner = "" if all(len(w) == 1 and not w.isascii() for w in piece) else " "
-                units.append(("text", joiner.join(piece), block))
-    return units
+def _as_text(el: Element) -> Element:
+    return Element(kind="text", text=el.text, page=el.page)
 
 
-def _join(units: list[tuple[str, str, int]]) -> str:
-    """Sentences of one block joined as prose, blocks separated by a blank line."""
+# --- units: the pieces chunks are packed from ----------------------------------------------
+@dataclass(frozen=True)
+class _Unit:
+    kind: str
+    text: str
+    tokens: int
+    block: int  # the element it came from: units of one block join as prose
+    page: int | None
+    atomic: bool = False  # a table part or code: never split, never repeated as overlap
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def _split_long(sentence: str, limit: int, count: Counter) -> list[str]:
+    """A sentence longer than a child, cut between words (or CJK characters)."""
+    words = _WORD.findall(sentence)
+    pieces: list[str] = []
+    step = max(1, int(limit * 0.7))  # ~1.3 tokens a word; checked and halved below
+    start = 0
+    while start < len(words):
+        n = min(step, len(words) - start)
+        while True:
+            piece = _join_words(words[start : start + n])
+            if n == 1 or count(piece) <= limit:
+                break
+            n = max(1, n // 2)
+        pieces.append(piece)
+        start += n
+    return pieces
+
+
+def _join_words(words: Sequence[str]) -> str:
     out = ""
-    for i, (_, text, block) in enumerate(units):
-        if i == 0:
-            out = text
-        elif block != units[i - 1][2]:
-            out += "\n\n" + text
-        elif out[-1:] in "。！？；…" or not out[-1:].isascii():
-            out += text
-        else:
-            out += " " + text
+    for w in words:
+        if out and not (_CJK_CHAR.match(out[-1]) and _CJK_CHAR.match(w[0])):
+            out += " "
+        out += w
     return out
 
 
-def _pack(units: list[tuple[str, str, int]], size: int) -> list[list[tuple[str, str, int]]]:
-    """Consecutive groups of whole units, each at most ``size`` words (one unit may exceed)."""
-    groups: list[list[tuple[str, str, int]]] = []
-    words = 0
+def table_rows(el: Element) -> list[list[str]]:
+    """A table's rows of cell texts, from its HTML (or one row of its text)."""
+    if el.html:
+        from lxml import html as lxml_html
+
+        try:
+            root = lxml_html.fromstring(el.html)
+        except Exception:  # malformed HTML: fall back to the flat text
+            root = None
+        if root is not None:
+            rows = []
+            for tr in root.iter("tr"):
+                cells = [" ".join(c.text_content().split()) for c in tr if c.tag in ("td", "th")]
+                if any(cells):
+                    rows.append([c.replace("|", "\\|") for c in cells])
+            if rows:
+                return rows
+    return [[" ".join(el.text.split())]] if el.text.strip() else []
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table_units(
+    el: Element, caption: str | None, block: int, limit: int, count: Counter
+) -> list[_Unit]:
+    rows = table_rows(el)
+    if not rows:
+        return []
+    head = [caption] if caption else []
+    head += [_row(rows[0]), _row(["---"] * len(rows[0]))]
+    body = [_row(r) for r in rows[1:]]
+    whole = "\n".join(head + body)
+    n = count(whole)
+    if n <= limit or not body:
+        return [_Unit("table", whole, n, block, el.page, atomic=True)]
+    head_text = "\n".join(head)
+    budget = max(1, limit - count(head_text))
+    units: list[_Unit] = []
+    part: list[str] = []
+    used = 0
+    for line in body:
+        t = count(line)
+        if part and used + t > budget:
+            text = head_text + "\n" + "\n".join(part)
+            units.append(_Unit("table", text, count(text), block, el.page, atomic=True))
+            part, used = [], 0
+        part.append(line)
+        used += t
+    text = head_text + "\n" + "\n".join(part)
+    units.append(_Unit("table", text, count(text), block, el.page, atomic=True))
+    return units
+
+
+def _code_units(el: Element, block: int, cap: int, count: Counter) -> list[_Unit]:
+    """A fenced code block whole; split between lines only when it would exceed a parent."""
+    fenced = f"```\n{el.text}\n```"
+    n = count(fenced)
+    if n <= cap:
+        return [_Unit("code", fenced, n, block, el.page, atomic=True)]
+    units: list[_Unit] = []
+    lines: list[str] = []
+    for line in el.text.split("\n"):
+        candidate = "```\n" + "\n".join([*lines, line]) + "\n```"
+        if lines and count(candidate) > cap:
+            text = "```\n" + "\n".join(lines) + "\n```"
+            units.append(_Unit("code", text, count(text), block, el.page, atomic=True))
+            lines = []
+        lines.append(line)
+    text = "```\n" + "\n".join(lines) + "\n```"
+    units.append(_Unit("code", text, count(text), block, el.page, atomic=True))
+    return units
+
+
+def _is_caption_for_table(el: Element, nxt: Element | None) -> bool:
+    if nxt is None or nxt.kind != "table":
+        return False
+    if el.kind == "caption":
+        return True
+    text = el.text.strip()
+    return (
+        el.kind == "text"
+        and len(text) <= 200
+        and bool(
+            re.match(
+                r"^(table|tab\.|tabelle|tableau|表)\s*[\dA-Za-z一二三四五六七八九十]", text, re.I
+            )
+        )
+    )
+
+
+def _units(elements: Sequence[Element], limit: int, cap: int, count: Counter) -> list[_Unit]:
+    units: list[_Unit] = []
+    skip: set[int] = set()
+    for block, el in enumerate(elements):
+        if block in skip:
+            continue
+        nxt = elements[block + 1] if block + 1 < len(elements) else None
+        if el.kind == "table":
+            units += _table_units(el, None, block, limit, count)
+            continue
+        if _is_caption_for_table(el, nxt):
+            assert nxt is not None
+            units += _table_units(nxt, " ".join(el.text.split()), block, limit, count)
+            skip.add(block + 1)
+            continue
+        if el.kind == "code":
+            units += _code_units(el, block, cap, count)
+            continue
+        text = el.text.strip()
+        if not text:
+            continue
+        if el.kind == "list_item" and not _LIST_ITEM.match(text):
+            text = "- " + text
+        elif el.kind == "notes":
+            text = "Notes: " + text
+        for sentence in _sentences(text):
+            n = count(sentence)
+            pieces = [sentence] if n <= limit else _split_long(sentence, limit, count)
+            for piece in pieces:
+                tokens = n if piece is sentence else count(piece)
+                units.append(_Unit(el.kind, piece, tokens, block, el.page))
+    return units
+
+
+def _join(units: Sequence[_Unit]) -> str:
+    """Sentences of one element joined as prose, elements separated by a blank line."""
+    out = ""
+    for i, unit in enumerate(units):
+        if i == 0:
+            out = unit.text
+        elif unit.block != units[i - 1].block or unit.atomic or units[i - 1].atomic:
+            out += "\n\n" + unit.text
+        elif _CJK_CHAR.match(out[-1]) or _CJK_CHAR.match(unit.text[0]):
+            out += unit.text
+        else:
+            out += " " + unit.text
+    return out
+
+
+def _pack(units: Sequence[_Unit], size: int) -> list[list[_Unit]]:
+    """Consecutive groups of whole units, each at most ``size`` (one unit may exceed)."""
+    groups: list[list[_Unit]] = []
+    used = 0
     for unit in units:
-        n = count_words(unit[1])
-        if groups and words + n <= size:
+        if groups and used + unit.tokens <= size:
             groups[-1].append(unit)
-            words += n
+            used += unit.tokens
         else:
             groups.append([unit])
-            words = n
+            used = unit.tokens
     return groups
 
 
-def chunk_text(
-    text: str, *, title: str, size: int = 200, overlap: int = 30, parent_size: int = 800
-) -> list[Chunk]:
-    """Split a Markdown or plain-text document into parent and child chunks.
+def _children(units: Sequence[_Unit], size: int, overlap: int) -> Iterator[list[_Unit]]:
+    start = 0
+    while start < len(units):
+        end, used = start, 0
+        while end < len(units):
+            if end > start and used + units[end].tokens > size:
+                break
+            used += units[end].tokens
+            end += 1
+        yield list(units[start:end])
+        if end >= len(units):
+            break
+        # Step back over whole sentences worth about `overlap`, never past `start` and
+        # never over a table part or a code block (those are not repeated).
+        back, carried = end, 0
+        while (
+            back - 1 > start
+            and not units[back - 1].atomic
+            and carried + units[back - 1].tokens <= overlap
+        ):
+            back -= 1
+            carried += units[back].tokens
+        start = back
 
-    Parents are sections (split when longer than ``parent_size`` words): context for the
-    answer, never searched. Children are the searchable pieces, packed inside their parent
-    with ``overlap``, so a child never straddles two parents and each knows its parent.
-    Returned in document order: each parent, then its children.
+
+def _pages(units: Sequence[_Unit]) -> tuple[int | None, int | None]:
+    pages = [u.page for u in units if u.page is not None]
+    return (min(pages), max(pages)) if pages else (None, None)
+
+
+def chunk_elements(
+    elements: Sequence[Element],
+    *,
+    title: str,
+    size: int = 200,
+    overlap: int = 30,
+    parent_size: int = 800,
+    count_tokens: Counter = count_words,
+    max_tokens: int | None = None,
+) -> list[Chunk]:
+    """Parent and child chunks of a parsed document, in document order.
+
+    Each parent (a section, split when longer than ``parent_size``) is followed by its
+    children, whose ``parent_ordinal`` names it; children never straddle two parents.
     """
     if overlap >= size:
         raise ValueError("overlap must be smaller than size")
     parent_size = max(parent_size, size)
     chunks: list[Chunk] = []
     n_children = n_parents = 0
-    for section in _sections(text, title):
+    for section in _sections(elements, title):
         header = " > ".join(section.path)
-        for group in _pack(_units(section.blocks, size), parent_size):
+        limit = size
+        if max_tokens is not None:
+            limit = max(_MIN_CHILD, min(size, max_tokens - count_tokens(header) - 2))
+        step = min(overlap, limit // 2)
+        units = _units(section.elements, limit, parent_size, count_tokens)
+        for group in _pack(units, parent_size):
             parent = n_parents
             n_parents += 1
+            start, end = _pages(group)
             chunks.append(
                 Chunk(
                     ordinal=parent,
@@ -179,54 +371,111 @@ def chunk_text(
                     content=_join(group),
                     title_path=section.path,
                     context_header=header,
-                    element_types=tuple(sorted({kind for kind, _, _ in group})),
+                    page_start=start,
+                    page_end=end,
+                    element_types=tuple(sorted({u.kind for u in group})),
                 )
             )
-            for body, kinds in _children(group, size, overlap):
+            for piece in _children(group, limit, step):
+                start, end = _pages(piece)
                 chunks.append(
                     Chunk(
                         ordinal=n_children,
                         chunk_type="child",
-                        content=body,
+                        content=_join(piece),
                         title_path=section.path,
                         context_header=header,
                         parent_ordinal=parent,
-                        element_types=kinds,
+                        page_start=start,
+                        page_end=end,
+                        element_types=tuple(sorted({u.kind for u in piece})),
                     )
                 )
                 n_children += 1
     return chunks
 
 
-def _children(
-    units: list[tuple[str, str, int]], size: int, overlap: int
-) -> Iterator[tuple[str, tuple[str, ...]]]:
-    start = 0
-    while start < len(units):
-        end, words = start, 0
-        while end < len(units):
-            n = count_words(units[end][1])
-            if end > start and words + n > size:
-                break
-            words += n
-            end += 1
-        yield _join(units[start:end]), tuple(sorted({kind for kind, _, _ in units[start:end]}))
-        if end >= len(units):
-            break
-        # Step back over whole sentences worth about `overlap` words, never past `start`.
-        back, carried = end, 0
-        while back - 1 > start and carried + count_words(units[back - 1][1]) <= overlap:
-            back -= 1
-            carried += count_words(units[back][1])
-        start = back
+def chunk_text(text: str, *, title: str, **options: object) -> list[Chunk]:
+    """:func:`chunk_elements` over :func:`text_elements` (Markdown-flavoured text)."""
+    return chunk_elements(text_elements(text), title=title, **options)  # type: ignore[arg-type]
 
 
-def guess_title(text: str, fallback: str) -> str:
-    """The first level-1 Markdown heading, else ``fallback`` (usually the file stem)."""
-    for line in text.splitlines():
+# --- Markdown-flavoured text -> elements -------------------------------------------------------
+def text_elements(text: str) -> list[Element]:
+    """Headings (ATX and setext), fenced code, list items, pipe tables and paragraphs."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    out: list[Element] = []
+    para: list[str] = []
+    code: list[str] | None = None
+    table: list[str] = []
+
+    def flush() -> None:
+        if para:
+            body = "\n".join(para).strip()
+            if _LIST_ITEM.match(para[0]):
+                out.append(Element(kind="list_item", text=body))  # keeps its own marker
+            elif body:
+                out.append(Element(kind="text", text=body))
+            para.clear()
+        if table:
+            out.append(_pipe_table(table))
+            table.clear()
+
+    for i, line in enumerate(lines):
+        if code is not None:
+            if _FENCE.match(line):
+                out.append(Element(kind="code", text="\n".join(code)))
+                code = None
+            else:
+                code.append(line)
+            continue
+        if _FENCE.match(line):
+            flush()
+            code = []
+            continue
+        if _TABLE_ROW.match(line):
+            if para:
+                flush()
+            table.append(line)
+            continue
+        if table:
+            flush()
         match = _HEADING.match(line)
-        if match and len(match.group(1)) == 1:
-            return match.group(2).strip()
-        if line.strip() and not line.lstrip().startswith("#"):
-            break
-    return fallback
+        if match:
+            flush()
+            heading = match.group(2).strip()
+            out.append(Element(kind="title", text=heading, level=len(match.group(1))))
+            continue
+        if _SETEXT.match(line) and para and i > 0 and lines[i - 1].strip():
+            heading = para.pop().strip()
+            flush()
+            level = 1 if line.lstrip()[0] == "=" else 2
+            out.append(Element(kind="title", text=heading, level=level))
+            continue
+        if not line.strip():
+            flush()
+        elif _LIST_ITEM.match(line):
+            flush()
+            para.append(line)
+        else:
+            para.append(line)
+    if code is not None:
+        out.append(Element(kind="code", text="\n".join(code)))
+    flush()
+    return out
+
+
+def _pipe_table(lines: Sequence[str]) -> Element:
+    rows = [
+        [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        for line in lines
+        if not _TABLE_RULE.match(line)
+    ]
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{html_lib.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return Element(
+        kind="table",
+        text="\n".join(" ".join(r) for r in rows),
+        html=f"<table>{cells}</table>",
+    )

@@ -110,7 +110,13 @@ def init() -> None:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="files or folders (.txt, .md)")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="files or folders: PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, EML, "
+            "images (the type is read from the content)"
+        ),
+    ],
     tenant: Annotated[str, typer.Option(help="tenant the documents belong to")],
     allow: Annotated[
         list[str] | None, typer.Option(help="principal allowed to read (user:u1, group:g)")

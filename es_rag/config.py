@@ -115,14 +115,48 @@ class Settings(BaseSettings):
         default="english", description="Snowball stemmer for Latin-script text"
     )
 
-    # --- chunking (simple .txt/.md chunker) ------------------------------------------------
-    chunk_size: int = Field(default=200, description="target child chunk size in words")
-    chunk_overlap: int = Field(default=30, description="words shared by consecutive chunks")
+    # --- parsing (files, in a sandboxed child process) ---------------------------------------
+    parse_max_mb: int = Field(default=200, description="largest input file, MB")
+    parse_max_text_mb: int = Field(
+        default=20, description="largest text-format file (txt, md, html, csv, eml), MB"
+    )
+    parse_max_unzipped_mb: int = Field(
+        default=1024, description="largest inflated size of a DOCX/PPTX/XLSX (zip bombs), MB"
+    )
+    parse_memory_mb: int = Field(
+        default=2048, description="address space a parse may add to the parse server's, MB"
+    )
+    parse_cpu_seconds: int = Field(default=300, description="CPU seconds one parse may use")
+    parse_timeout: float = Field(
+        default=300.0,
+        description="wall-clock seconds for one parse; keep it under task_soft_time_limit, or "
+        "a queued parse is reported as a task timeout instead",
+    )
+    pdf_strategy: Literal["auto", "fast", "ocr_only"] = Field(
+        default="auto",
+        description="auto: the text layer (Unstructured fast), OCR when there is none; "
+        "fast: never OCR; ocr_only: always OCR",
+    )
+    ocr: bool = Field(default=True, description="OCR scans and images with Tesseract")
+    ocr_languages: str = Field(
+        default="",
+        description="Tesseract languages joined by '+', e.g. eng+chi_sim; empty: whichever of "
+        "eng, chi_sim, chi_tra are installed",
+    )
+    ocr_dpi: int = Field(default=300, description="resolution scanned pages are rendered at")
+
+    # --- chunking ------------------------------------------------------------------------
+    chunk_size: int = Field(
+        default=256, description="target child chunk size in embedding-model tokens"
+    )
+    chunk_overlap: int = Field(
+        default=40, description="tokens shared by consecutive chunks (about 15%)"
+    )
     context_header_prefix: bool = Field(
         default=True, description="prefix each chunk's BM25 terms and embedding with its title path"
     )
     parent_chunk_size: int = Field(
-        default=800, description="parent (section) chunk cap in words; context, not searched"
+        default=1024, description="parent (section) chunk cap in tokens; context, not searched"
     )
 
     # --- ingest ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,6 +32,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from es_rag.chunking import estimate_tokens
 from es_rag.errors import ConfigurationError, EmbeddingError
 
 if TYPE_CHECKING:
@@ -167,6 +168,14 @@ class Embedder(ABC):
             self._version = ":".join(parts)
         return self._version
 
+    def token_counter(self) -> tuple[Callable[[str], int], int | None]:
+        """How chunk sizes are counted for this model, and its input limit in tokens.
+
+        The base class has no tokenizer: a word-based estimate and no known limit. Local
+        models count with their own tokenizer and report their ``max_seq_length``.
+        """
+        return estimate_tokens, None
+
     # --- hooks and helpers ---------------------------------------------------------------------
     def _uses_prefixes(self) -> bool:
         """Whether query/passage prefixes are prepended here (a server may do it instead)."""
@@ -267,6 +276,20 @@ class _LocalModelEmbedder(Embedder):
 
     def _effective_max_length(self) -> int | None:
         return self.max_length
+
+    def _tokenizer(self) -> Any:
+        """The loaded model's Hugging Face tokenizer."""
+        return self._get_model().tokenizer
+
+    def token_counter(self) -> tuple[Callable[[str], int], int | None]:
+        tokenizer = self._tokenizer()
+
+        def count(text: str) -> int:
+            # verbose=False: a long section is counted whole on purpose; no length warning.
+            ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+            return len(ids)
+
+        return count, self._effective_max_length()
 
     def _model_identity(self) -> str:
         # Load first: a hub name only has a resolvable commit once it sits in the local cache,

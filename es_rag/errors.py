@@ -16,7 +16,12 @@
     ├── RerankError                 the reranker failed or ran out of time
     ├── FilterError                 a user filter that cannot be translated honestly
     └── InputError                  an input document that cannot be ingested
-        └── UnsupportedFormatError  a file type es-rag does not parse
+        ├── UnsupportedFormatError  a file type es-rag does not parse (judged by content)
+        ├── EncryptedDocumentError  a password-protected file; es-rag never guesses passwords
+        ├── CorruptDocumentError    truncated or malformed bytes, or a parser that crashed on them
+        ├── EmptyDocumentError      nothing to index (``needs_ocr``: a scan and no OCR)
+        ├── DocumentTooLargeError   over the input-size or decompressed-size limit
+        └── ParseLimitError         the parse child hit its memory, CPU or wall-clock limit
 
 Every exception with extra fields defines ``__reduce__`` so that it survives pickling
 (Celery carries exceptions between processes).
@@ -107,4 +112,43 @@ class InputError(EsRagError):
 
 
 class UnsupportedFormatError(InputError):
-    """A file type es-rag does not parse."""
+    """A file type es-rag does not parse (judged by content, not by the extension)."""
+
+
+class EncryptedDocumentError(InputError):
+    """A password-protected file; es-rag never guesses passwords."""
+
+
+class CorruptDocumentError(InputError):
+    """Truncated or malformed bytes, or a parser that crashed on them."""
+
+
+class EmptyDocumentError(InputError):
+    """A file with nothing to index; ``needs_ocr`` says it is a scan and OCR is off."""
+
+    def __init__(self, message: str, *, needs_ocr: bool = False) -> None:
+        super().__init__(message)
+        self.needs_ocr = needs_ocr
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"needs_ocr": self.needs_ocr}))
+
+
+class DocumentTooLargeError(InputError):
+    """A file over the input-size limit, or an archive over the decompressed-size limit."""
+
+
+class ParseLimitError(InputError):
+    """The parse child hit a limit (``limit``: memory, cpu or wall) and was stopped."""
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"limit": self.limit}))
+
+
+def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Exception:
+    """Unpickle an error whose extra fields are keyword-only."""
+    return cls(*args, **kwargs)

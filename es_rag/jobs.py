@@ -26,7 +26,7 @@ from es_rag.acl import make_acl
 from es_rag.engine.status import now_iso
 from es_rag.errors import EmbeddingError, EngineUnavailableError, EsRagError, InputError
 from es_rag.pipeline import Ingestor, expand_paths, load_document
-from es_rag.types import AccessControl, Document, IngestResult
+from es_rag.types import AccessControl, Document, Element, IngestResult
 
 INGEST_TASK = "es_rag.ingest"
 
@@ -64,7 +64,7 @@ class IngestPayload(AclPayload):
 
 
 class DocumentPayload(BaseModel):
-    """A parsed document on its way from the parse queue to the embed queue."""
+    """A parsed document on its way from the parse queue to the embed queue (JSON)."""
 
     doc_id: str
     text: str
@@ -75,20 +75,22 @@ class DocumentPayload(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     doc_version: str | None = None
     updated_at: str | None = None
+    elements: list[dict[str, Any]] = Field(default_factory=list)
     parse_ms: float = 0.0
 
+    @classmethod
+    def of(cls, doc: Document, acl: AclPayload, *, parse_ms: float) -> DocumentPayload:
+        fields = {k: getattr(doc, k) for k in cls.model_fields if k not in _NOT_COPIED}
+        elements = [e.to_dict() for e in doc.elements]
+        return cls(**fields, acl=acl, elements=elements, parse_ms=parse_ms)
+
     def document(self) -> Document:
-        return Document(
-            doc_id=self.doc_id,
-            text=self.text,
-            acl=self.acl.acl(),
-            title=self.title,
-            source_uri=self.source_uri,
-            mime_type=self.mime_type,
-            metadata=self.metadata,
-            doc_version=self.doc_version,
-            updated_at=self.updated_at,
-        )
+        fields = {k: getattr(self, k) for k in type(self).model_fields if k not in _NOT_COPIED}
+        elements = tuple(Element.from_dict(e) for e in self.elements)
+        return Document(**fields, acl=self.acl.acl(), elements=elements)
+
+
+_NOT_COPIED = frozenset({"acl", "elements", "parse_ms"})
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -133,24 +135,19 @@ def expire_stuck(ingestor: Ingestor) -> list[str]:
     return ingestor.status.expire(running_for_s=ingestor.settings.task_time_limit + 60)
 
 
-def parse(payload: IngestPayload) -> DocumentPayload:
-    """Read the file into a document (the CPU half of a split ingest)."""
+def parse(ingestor: Ingestor, payload: IngestPayload) -> DocumentPayload:
+    """Parse the file into a document (the CPU half of a split ingest)."""
     t0 = time.perf_counter()
     doc = load_document(
-        payload.file, acl=payload.acl(), doc_id=payload.doc_id, metadata=payload.metadata
-    )
-    return DocumentPayload(
+        payload.file,
+        parser=ingestor.parser,
+        acl=payload.acl(),
         doc_id=payload.key,
-        text=doc.text,
-        acl=AclPayload(**payload.model_dump(include={"tenant", "public", "allow", "deny"})),
-        title=doc.title,
-        source_uri=doc.source_uri,
-        mime_type=doc.mime_type,
-        metadata=doc.metadata,
-        doc_version=payload.doc_version,
-        updated_at=doc.updated_at,
-        parse_ms=(time.perf_counter() - t0) * 1000.0,
+        metadata=payload.metadata,
     )
+    doc.doc_version = payload.doc_version
+    acl = AclPayload(**payload.model_dump(include={"tenant", "public", "allow", "deny"}))
+    return DocumentPayload.of(doc, acl, parse_ms=(time.perf_counter() - t0) * 1000.0)
 
 
 def run_ingest(
@@ -176,7 +173,7 @@ def run_ingest(
     document: DocumentPayload | None = doc
     try:
         if document is None:
-            document = parse(payload)
+            document = parse(ingestor, payload)
         result = ingestor.ingest(document.document())
     except EsRagError as exc:
         if hit_time_limit(exc):

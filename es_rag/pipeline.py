@@ -1,6 +1,6 @@
-"""Ingest one document end to end: chunk, analyse, embed, write, drop stale chunks.
+"""Ingest one document end to end: parse, chunk, analyse, embed, write, drop stale chunks.
 
-Used inline by the CLI and, later, by the Celery worker. The write order is what keeps
+Used inline by the CLI and by the Celery worker. The write order is what keeps
 readers safe: a changed document's new chunks are written first, then the chunks that are
 not in the new set are deleted, so a reader never sees the document vanish; a failed write
 rolls back what it added, so no document is left half-indexed.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from es_rag.analysis import TextAnalyzer, detect_language
-from es_rag.chunking import CHUNKER_VERSION, chunk_text, guess_title
+from es_rag.chunking import CHUNKER_VERSION, Counter, chunk_elements, text_elements
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.index import ChunkIndex, bulk_error
@@ -27,19 +28,18 @@ from es_rag.engine.mapping import IndexContract
 from es_rag.engine.status import StatusIndex
 from es_rag.errors import (
     DimensionMismatchError,
+    EmptyDocumentError,
     EngineUnavailableError,
     EsRagError,
     IndexBlockedError,
     InputError,
-    UnsupportedFormatError,
 )
+from es_rag.parsing import Parser, parser_version
 from es_rag.parts import Parts
 from es_rag.types import AccessControl, Chunk, Document, IngestResult, IngestStatus
 
 log = logging.getLogger(__name__)
 
-PARSER_VERSION = "plaintext-1"
-SUPPORTED_SUFFIXES = {".txt": "text/plain", ".md": "text/markdown", ".markdown": "text/markdown"}
 _LANG_CODES = {
     "english": "en",
     "french": "fr",
@@ -83,6 +83,26 @@ class Ingestor(Parts):
         self._unblocked_at: float | None = None
         self._ready = False
         self._dims = 0
+        self._parser: Parser | None = None
+        self._tokens: tuple[Counter, int | None] | None = None
+
+    @property
+    def parser(self) -> Parser:
+        """Unstructured in a sandboxed child; its server starts with the first file."""
+        if self._parser is None:
+            self._parser = Parser(self.settings)
+        return self._parser
+
+    @property
+    def tokens(self) -> tuple[Counter, int | None]:
+        """How chunk sizes are counted (the embedding model's tokenizer) and the room a
+        chunk has in the model's input (its limit less the passage prefix)."""
+        if self._tokens is None:
+            count, limit = self.embedder.token_counter()
+            if limit is not None and self.settings.passage_prefix:
+                limit -= count(self.settings.passage_prefix)
+            self._tokens = (count, limit)
+        return self._tokens
 
     @property
     def index(self) -> ChunkIndex:
@@ -105,7 +125,7 @@ class Ingestor(Parts):
             similarity=self.settings.similarity,
             analyzer_version=self.analyzer.version,
             chunker_version=CHUNKER_VERSION,
-            parser_version=PARSER_VERSION,
+            parser_version=parser_version(),
         )
 
     def init_index(self) -> tuple[str, bool]:
@@ -172,15 +192,18 @@ class Ingestor(Parts):
     def _plan(self, position: int, doc: Document) -> _Plan:
         t0 = time.perf_counter()
         title = doc.title or doc.doc_id
-        chunks = chunk_text(
-            doc.text,
+        count, limit = self.tokens
+        chunks = chunk_elements(
+            doc.elements or text_elements(doc.text),
             title=title,
             size=self.settings.chunk_size,
             overlap=self.settings.chunk_overlap,
             parent_size=self.settings.parent_chunk_size,
+            count_tokens=count,
+            max_tokens=limit,
         )
         if not chunks:
-            raise InputError(f"{doc.doc_id}: no text to index")
+            raise EmptyDocumentError(f"{doc.doc_id}: no text to index")
         doc_hash = self.doc_hash(doc, title)
         plan = _Plan(position, doc, title, chunks, doc_hash, doc.doc_version or doc_hash[:16])
         plan.fence = fence_version(doc.doc_version)
@@ -288,6 +311,7 @@ class Ingestor(Parts):
         s = self.settings
         payload = {
             "text": doc.text,
+            "elements": [e.to_dict() for e in doc.elements],
             "title": title,
             "metadata": doc.metadata,
             "source_uri": doc.source_uri,
@@ -301,7 +325,7 @@ class Ingestor(Parts):
                 s.context_header_prefix,
             ],
             "analyzer": self.analyzer.version,
-            "parser": PARSER_VERSION,
+            "parser": parser_version() if doc.elements else None,
         }
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32] + acl_hash(doc.acl)
@@ -343,7 +367,7 @@ class Ingestor(Parts):
                 "language": detect_language(chunk.content, default=default_lang),
                 "content_hash": hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()[:32],
                 "doc_hash": doc_hash,
-                "parser_version": PARSER_VERSION,
+                "parser_version": parser_version(),
                 "chunker_version": CHUNKER_VERSION,
                 "embedding_model": self.embedder.model,
                 "embedding_version": self.embedder.embedding_version,
@@ -430,15 +454,16 @@ class Ingestor(Parts):
             if listed_error:
                 report(
                     IngestResult(
-                        doc_id=given,
-                        status="failed",
-                        error=listed_error,
-                        error_type="UnsupportedFormatError",
+                        doc_id=given, status="failed", error=listed_error, error_type="InputError"
                     )
                 )
                 continue
             try:
-                batch.append(load_document(path, acl=acl, doc_id=doc_id, metadata=metadata))
+                batch.append(
+                    load_document(
+                        path, parser=self.parser, acl=acl, doc_id=doc_id, metadata=metadata
+                    )
+                )
             except EsRagError as exc:
                 report(_failed(given, exc))
             if len(batch) >= batch_docs:
@@ -540,60 +565,68 @@ def _ms(t0: float) -> float:
 
 
 def expand_paths(paths: Iterable[str | Path]) -> Iterator[tuple[Path, str | None]]:
-    """Files to ingest, with a reason for those that cannot be (reported, not dropped)."""
+    """Files to ingest, with a reason for those that cannot be (reported, not dropped).
+
+    Folders are walked without following symbolic links to folders (a link loop cannot
+    trap the walk); dotfiles and dot-folders are skipped. Which files are documents is
+    decided by their content when they are parsed, not by their names.
+    """
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if child.is_file() and not any(
-                    p.startswith(".") for p in child.relative_to(path).parts
-                ):
-                    yield child, _unsupported(child)
-        elif path.is_file():
-            yield path, _unsupported(path)
+        if path.is_dir() and not path.is_symlink():
+            for folder, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(names):
+                    if not name.startswith("."):
+                        child = Path(folder) / name
+                        yield child, _problem(child)
         else:
-            yield path, f"{path}: no such file or directory"
+            yield path, _problem(path)
 
 
-def _unsupported(path: Path) -> str | None:
-    if path.suffix.lower() in SUPPORTED_SUFFIXES:
-        return None
-    supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
-    suffix = path.suffix or "(no extension)"
-    return f"{path}: unsupported format {suffix!r} (supported: {supported})"
+def _problem(path: Path) -> str | None:
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:
+            return "a symbolic link loop"
+        except OSError:
+            return "a broken symbolic link"
+    if path.is_dir():
+        return "a link to a folder (not followed); give the folder itself"
+    if not path.exists():
+        return "no such file or directory"
+    if not path.is_file():
+        return "not a regular file (a device, socket or pipe)"
+    return None
 
 
 def load_document(
     path: Path,
     *,
+    parser: Parser,
     acl: AccessControl,
     doc_id: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Document:
-    """A text or Markdown file as a Document; ``doc_id`` defaults to the path as given."""
-    mime = SUPPORTED_SUFFIXES.get(path.suffix.lower())
-    if mime is None:
-        raise UnsupportedFormatError(_unsupported(path) or str(path))
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
-    if b"\x00" in raw[:8192]:
-        raise UnsupportedFormatError(f"{path}: binary content in a {path.suffix} file")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not valid UTF-8 text (byte {exc.start})") from exc
-    if not text.strip():
-        raise InputError(f"{path}: empty document, no text to index")
+    """A file parsed into a Document; ``doc_id`` defaults to the path as given.
+
+    Raises an ``InputError`` subclass naming the file and the reason (unsupported type,
+    encrypted, corrupt, empty or needing OCR, too large, a parse limit hit).
+    """
+    problem = _problem(path)
+    if problem:
+        raise InputError(problem)
+    parsed = parser.parse(path)
     stat = path.stat()
     return Document(
         doc_id=doc_id or str(path),
-        text=text,
+        text=parsed.text,
+        elements=tuple(parsed.elements),
         acl=acl,
-        title=guess_title(text, path.stem),
+        title=parsed.title,
         source_uri=path.resolve().as_uri(),
-        mime_type=mime,
+        mime_type=parsed.mime,
         metadata=dict(metadata or {}),
         updated_at=datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(),
     )

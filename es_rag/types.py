@@ -8,6 +8,22 @@ from typing import Any, Literal
 Visibility = Literal["public", "restricted"]
 ChunkType = Literal["child", "parent"]
 IngestStatus = Literal["indexed", "skipped", "failed"]
+# What a piece of a parsed document is. header/footer/page_number are page furniture that
+# cleaning removes when it repeats across pages; notes are a slide's speaker notes.
+ElementKind = Literal[
+    "title",
+    "text",
+    "list_item",
+    "table",
+    "code",
+    "caption",
+    "formula",
+    "notes",
+    "image",
+    "header",
+    "footer",
+    "page_number",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,34 @@ class AccessControl:
 
 
 @dataclass(frozen=True)
+class Element:
+    """One structural piece of a parsed document, in reading order."""
+
+    kind: ElementKind
+    text: str
+    level: int | None = None  # heading depth for titles (1 = top); None: the format won't say
+    page: int | None = None  # 1-based page, slide or sheet number
+    html: str | None = None  # a table's structure (rows and header), as Unstructured gives it
+    # Corner points as fractions of the page's width and height, (0, 0) top left.
+    coordinates: tuple[tuple[float, float], ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Element:
+        coords = data.get("coordinates")
+        return cls(
+            kind=data["kind"],
+            text=data["text"],
+            level=data.get("level"),
+            page=data.get("page"),
+            html=data.get("html"),
+            coordinates=tuple(tuple(p) for p in coords) if coords else None,
+        )
+
+
+@dataclass(frozen=True)
 class Chunk:
     """A unit of retrieval, before it gets its vector and access fields."""
 
@@ -53,7 +97,11 @@ class Chunk:
 
 @dataclass
 class Document:
-    """What ingest takes: one document's text (or a file) plus provenance and ACL."""
+    """What ingest takes: one document's text or parsed elements, plus provenance and ACL.
+
+    ``elements`` (from a parsed file) take precedence; otherwise ``text`` is read as
+    Markdown-flavoured plain text (headings, fenced code, paragraphs).
+    """
 
     doc_id: str
     text: str
@@ -64,6 +112,7 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
     doc_version: str | None = None  # defaults to the content hash
     updated_at: str | None = None
+    elements: tuple[Element, ...] = ()
 
 
 @dataclass

@@ -104,7 +104,7 @@ def ingest(self: Task, payload: dict[str, Any]) -> dict[str, Any]:
     settings = settings_of(self)
     if settings.embed_queue and settings.embed_queue != (settings.parse_queue or settings.queue):
         try:
-            doc = jobs.parse(p)
+            doc = jobs.parse(ingestor(self), p)
         except Exception as exc:
             if jobs.is_transient(exc):
                 raise _retry(self, exc) from exc

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from es_rag.chunking import count_words
+from es_rag.chunking import estimate_tokens
 from es_rag.config import Settings
 from es_rag.query.filters import FieldFilter
 from es_rag.query.search import Searcher
@@ -69,11 +69,6 @@ def pages_label(start: int | None, end: int | None) -> str | None:
     if start is None:
         return None
     return str(start) if end in (None, start) else f"{start}-{end}"
-
-
-def estimate_tokens(text: str) -> int:
-    """Word-based estimate (≈ 4/3 tokens per word for subword tokenizers; CJK 1 per char)."""
-    return max(1, round(count_words(text) * 4 / 3))
 
 
 def token_counter(settings: Settings) -> Callable[[str], int]:

@@ -243,7 +243,9 @@ def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
     try:
         ingestor = Ingestor(clean, client=engine)
         # The same file read the way the worker reads it: same version, so same ids.
-        document = load_document(doc, acl=make_acl("acme", public=True), doc_id="big")
+        document = load_document(
+            doc, parser=ingestor.parser, acl=make_acl("acme", public=True), doc_id="big"
+        )
         result = ingestor.ingest(document)
         assert result.status == "indexed"
         engine.refresh(clean.index)

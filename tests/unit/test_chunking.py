@@ -6,7 +6,7 @@ import re
 import pytest
 
 from es_rag.chunking import chunk_text as chunk_all
-from es_rag.chunking import count_words, guess_title
+from es_rag.chunking import count_words
 from es_rag.types import Chunk
 
 
@@ -98,11 +98,6 @@ def test_plain_text_and_setext_headings() -> None:
 
 def test_empty_text_gives_no_chunks() -> None:
     assert chunk_text("   \n\n", title="x") == []
-
-
-def test_guess_title() -> None:
-    assert guess_title(DOC, "fallback") == "Payments guide"
-    assert guess_title("no heading here\n# Late", "stem") == "stem"
 
 
 def test_parents_are_sections_and_children_know_them() -> None:

@@ -1,0 +1,246 @@
+"""What a file is, judged by its bytes; the extension only tells text formats apart.
+
+Two steps. :func:`sniff` reads the first bytes (cheap, safe, in the caller's process) and
+names a family: PDF, image, zip container, OLE container or text. :func:`resolve` runs in
+the parse child, because it opens containers (a zip's directory can itself be hostile):
+it tells DOCX from PPTX from XLSX, refuses archives that would inflate past the limit,
+and recognises password-protected Office files (an encrypted DOCX is an OLE container
+holding ``EncryptionInfo``, not a zip).
+
+Plain-text formats carry no signature, so there the extension decides between Markdown,
+CSV and plain text, and the content between HTML, e-mail and the rest.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+
+from es_rag.errors import (
+    CorruptDocumentError,
+    DocumentTooLargeError,
+    EmptyDocumentError,
+    EncryptedDocumentError,
+    UnsupportedFormatError,
+)
+
+PDF = "application/pdf"
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CSV = "text/csv"
+TSV = "text/tab-separated-values"
+HTML = "text/html"
+MARKDOWN = "text/markdown"
+TEXT = "text/plain"
+EMAIL = "message/rfc822"
+PNG = "image/png"
+JPEG = "image/jpeg"
+TIFF = "image/tiff"
+BMP = "image/bmp"
+WEBP = "image/webp"
+
+# Families that sniff() can tell from the first bytes; resolve() refines "zip" and "ole".
+ZIP = "application/zip"
+OLE = "application/x-ole-storage"
+
+SUPPORTED = (
+    PDF,
+    DOCX,
+    PPTX,
+    XLSX,
+    CSV,
+    TSV,
+    HTML,
+    MARKDOWN,
+    TEXT,
+    EMAIL,
+    PNG,
+    JPEG,
+    TIFF,
+    BMP,
+    WEBP,
+)
+IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
+TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL})
+SUPPORTED_LABEL = (
+    "PDF, DOCX, PPTX, XLSX, CSV/TSV, HTML, Markdown, plain text, EML, PNG/JPEG/TIFF/BMP/WebP"
+)
+
+SNIFF_BYTES = 64 * 1024
+_MD_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
+_HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+# Formats that declare their own charset: the parser decodes them, not us.
+_DECLARED_CHARSET = {".html", ".htm", ".xhtml", ".eml"}
+_MAIL_HEADER = re.compile(
+    r"^(from|to|cc|subject|date|received|message-id|mime-version|return-path|reply-to):",
+    re.IGNORECASE | re.MULTILINE,
+)
+_HEADER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:[ \t]")
+_MD_SIGNS = re.compile(r"^(#{1,6}\s+\S|```|~~~|\|.*\|\s*$)", re.MULTILINE)
+
+
+def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
+    """A MIME type (or the ZIP / OLE family) from a file's first bytes and its name.
+
+    Raises ``EmptyDocumentError`` for zero bytes and ``UnsupportedFormatError`` for binary
+    data es-rag does not parse, whatever the file is called.
+    """
+    suffix = Path(name).suffix.lower()
+    if not head:
+        raise EmptyDocumentError("empty file (0 bytes)")
+    if b"%PDF-" in head[:1024]:
+        return PDF
+    if head.startswith(b"PK\x03\x04"):
+        return ZIP
+    if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
+        return OLE
+    image = _image(head)
+    if image:
+        return image
+    text = _text_head(head, suffix=suffix, truncated=size is None or size > len(head))
+    if suffix in {".csv"}:
+        return CSV
+    if suffix in {".tsv", ".tab"}:
+        return TSV
+    start = text.lstrip("\ufeff \t\r\n")[:1024].lower()
+    if (
+        suffix in _HTML_SUFFIXES
+        or start.startswith(("<!doctype html", "<html"))
+        or (start.startswith("<") and "<body" in text[:4096].lower())
+    ):
+        return HTML
+    if suffix == ".eml" or _looks_like_mail(text):
+        return EMAIL
+    if suffix in _MD_SUFFIXES or (suffix not in {".txt", ".text"} and _MD_SIGNS.search(text)):
+        return MARKDOWN
+    return TEXT
+
+
+def _image(head: bytes) -> str | None:
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return PNG
+    if head.startswith(b"\xff\xd8\xff"):
+        return JPEG
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return TIFF
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return WEBP
+    # "BM" alone starts many text files; the DIB header size makes it a bitmap.
+    if (
+        head[:2] == b"BM"
+        and len(head) >= 18
+        and int.from_bytes(head[14:18], "little")
+        in {
+            12,
+            40,
+            52,
+            56,
+            64,
+            108,
+            124,
+        }
+    ):
+        return BMP
+    return None
+
+
+def _text_head(head: bytes, *, suffix: str, truncated: bool) -> str:
+    """The head decoded as text, or the reason it is not text."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return head.decode("utf-16")
+        except UnicodeDecodeError:
+            # A BOM followed by garbage (or cut mid-character): judge by what decodes.
+            return head[: len(head) - len(head) % 2].decode("utf-16", errors="replace")
+    if b"\x00" in head:
+        raise UnsupportedFormatError(
+            f"binary data, not a document es-rag parses (starts with {head[:8].hex()}); "
+            f"supported: {SUPPORTED_LABEL}"
+        )
+    try:
+        text = head.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character cut by the sniff window is not an error.
+        if truncated and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
+            text = head[: exc.start].decode("utf-8-sig")
+        elif suffix in _DECLARED_CHARSET:
+            return head.decode("latin-1")  # the parser reads the declared charset
+        else:
+            raise UnsupportedFormatError(
+                f"not UTF-8 text (invalid byte 0x{head[exc.start]:02x} at offset {exc.start}); "
+                "save the file as UTF-8"
+            ) from None
+    controls = sum(1 for ch in text[:8192] if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
+    if controls > max(8, len(text[:8192]) // 20):
+        raise UnsupportedFormatError(
+            f"binary data, not text ({controls} control characters in the first "
+            f"{min(len(text), 8192)}); supported: {SUPPORTED_LABEL}"
+        )
+    return text
+
+
+def _looks_like_mail(text: str) -> bool:
+    """An RFC 822 header block: every line before the first blank one is ``Name: value``."""
+    block = text.split("\n\n", 1)[0].replace("\r", "")
+    lines = [line for line in block.split("\n") if line and not line[0].isspace()]
+    if len(lines) < 2 or not all(_HEADER_LINE.match(line) for line in lines):
+        return False
+    return len(set(m.group(1).lower() for m in _MAIL_HEADER.finditer(block))) >= 2
+
+
+def resolve(path: str | Path, sniffed: str, *, max_unzipped_bytes: int) -> str:
+    """The supported MIME type of a ZIP / OLE container (in the parse child); others pass."""
+    if sniffed == ZIP:
+        return _zip_kind(Path(path), max_unzipped_bytes)
+    if sniffed == OLE:
+        return _ole_kind(Path(path))
+    return sniffed
+
+
+def _zip_kind(path: Path, max_unzipped_bytes: int) -> str:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            names = {info.filename for info in infos}
+            mimetype = archive.read("mimetype")[:100] if "mimetype" in names else b""
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
+        raise CorruptDocumentError(f"a damaged zip container: {exc}") from exc
+    inflated = sum(info.file_size for info in infos)
+    if len(infos) > 100_000 or inflated > max_unzipped_bytes:
+        raise DocumentTooLargeError(
+            f"the archive inflates to {inflated / 2**20:,.0f} MB in {len(infos):,} parts "
+            f"(limit {max_unzipped_bytes / 2**20:,.0f} MB): a zip bomb or an oversized file"
+        )
+    if "word/document.xml" in names:
+        return DOCX
+    if "ppt/presentation.xml" in names:
+        return PPTX
+    if "xl/workbook.xml" in names:
+        return XLSX
+    if mimetype.startswith(b"application/vnd.oasis.opendocument"):
+        raise UnsupportedFormatError(
+            f"OpenDocument ({mimetype.decode('ascii', 'replace')}): save it as DOCX, PPTX or XLSX"
+        )
+    if mimetype.startswith(b"application/epub"):
+        raise UnsupportedFormatError("EPUB is not supported")
+    raise UnsupportedFormatError(
+        "a zip archive, not an Office document: unpack it and ingest the files inside"
+    )
+
+
+def _ole_kind(path: Path) -> str:
+    import msoffcrypto
+
+    try:
+        with path.open("rb") as fh:
+            office = msoffcrypto.OfficeFile(fh)
+            encrypted = office.is_encrypted()
+    except Exception as exc:  # msoffcrypto raises its own and plain errors on junk
+        raise CorruptDocumentError(f"a damaged OLE container: {type(exc).__name__}: {exc}") from exc
+    if encrypted:
+        raise EncryptedDocumentError("a password-protected Office file; remove the password")
+    raise UnsupportedFormatError(
+        "a legacy binary Office file (.doc/.xls/.ppt): save it as DOCX, XLSX or PPTX"
+    )

@@ -1,0 +1,361 @@
+"""Run untrusted-input code (document parsers) in a child process with hard limits.
+
+A parser fed a zip bomb, a PDF that loops or a 1 GB table must not take the worker with
+it. Each call runs in a fresh child forked from a small *parse server*: a long-lived
+subprocess of the caller that has already imported the parsing libraries (several seconds
+and ~1 GB once, shared copy-on-write by every child). The child sets its own limits before
+it touches the input:
+
+- address space (``RLIMIT_AS``): the server's own size plus ``memory_mb``;
+- CPU time (``RLIMIT_CPU``): the kernel stops it at ``cpu_seconds``;
+- wall clock: the server kills it at ``wall_seconds`` (a parser blocked in I/O or sleeping
+  uses no CPU);
+- it dies with the server, and the server dies with the caller (``PR_SET_PDEATHSIG`` and
+  end-of-file on its request pipe), so a killed worker leaves nothing running.
+
+Why not ``multiprocessing``: Celery's prefork children are daemonic and may not start
+child processes, and a fork of the caller itself would copy its threads and its model.
+The server is started with ``subprocess`` and speaks length-prefixed pickles over two pipes
+of its own (stdout stays free for libraries that print).
+
+A limit that is hit raises :class:`ParseLimitError` (``limit`` = memory, cpu or wall); a child
+that crashes raises :class:`CorruptDocumentError`; the caller lives on either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import logging
+import os
+import pickle
+import resource
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from es_rag.errors import CorruptDocumentError, EsRagError, ParseLimitError
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct("!Q")
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one call may use; see the module docstring for how each is enforced."""
+
+    memory_mb: int = 2048
+    cpu_seconds: int = 300
+    wall_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.memory_mb < 64 or self.cpu_seconds < 1 or self.wall_seconds <= 0:
+            raise ValueError(f"limits too small to run anything: {self}")
+
+
+@dataclass
+class CallStats:
+    """What the last child used: wall and CPU seconds, peak resident memory."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    peak_rss_mb: float = 0.0  # the child's peak, pages shared with the server included
+    server_rss_mb: float = 0.0  # the server's resident size when it forked the child
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Sandbox:
+    """Calls ``module:function`` in a limited child; one call at a time, thread-safe.
+
+    Construction does no work; the server starts on the first call and is restarted after
+    anything that leaves it in doubt (a timeout on our side, an interrupt, its own death).
+    """
+
+    def __init__(self, limits: Limits | None = None, *, env: dict[str, str] | None = None) -> None:
+        self.limits = limits or Limits()
+        self._env = env or {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._to: BinaryIO | None = None
+        self._from: BinaryIO | None = None
+        self._lock = threading.Lock()
+        self.last = CallStats()
+
+    def call(
+        self,
+        target: str,
+        *args: Any,
+        warm: str | None = None,
+        limits: Limits | None = None,
+    ) -> Any:
+        """Run ``target`` (``"package.module:function"``) on ``args`` in a limited child.
+
+        ``warm`` names a function the *server* runs first (once per distinct value) so that
+        later children inherit its imports, e.g. the parsers for one file type.
+        """
+        lim = limits or self.limits
+        with self._lock:
+            self._ensure_server()
+            assert self._to is not None and self._from is not None
+            request = {"target": target, "args": args, "warm": warm, "limits": lim}
+            try:
+                _write(self._to, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+                raw = _read(self._from, timeout=lim.wall_seconds + 30.0)
+            except BaseException:
+                # Interrupted (a Celery soft time limit, Ctrl-C) or the server is stuck or
+                # gone: kill it, with its child, rather than reason about its state.
+                self._kill()
+                raise
+            if raw is None:
+                code = self._proc.poll() if self._proc else None
+                self._kill()
+                raise CorruptDocumentError(
+                    f"the parse server died while parsing (exit status {code}); see its stderr"
+                )
+        status, value, stats = pickle.loads(raw)
+        self.last = stats
+        if status == "ok":
+            return value
+        raise value
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        with contextlib.suppress(Exception):
+            self._kill()
+
+    # --- the server process ----------------------------------------------------------------
+    def _ensure_server(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._kill()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = {**os.environ, **self._env}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "es_rag.sandbox", str(req_r), str(rep_w)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # libraries that print must not reach our caller's stdout
+            stderr=None,
+            pass_fds=(req_r, rep_w),
+            env=env,
+            close_fds=True,
+        )
+        os.close(req_r)
+        os.close(rep_w)
+        self._to = os.fdopen(req_w, "wb")
+        self._from = os.fdopen(rep_r, "rb")
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        for stream in (self._to, self._from):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._to = self._from = None
+        if proc is not None and proc.poll() is None:
+            proc.kill()  # its child has PR_SET_PDEATHSIG and dies with it
+            proc.wait()
+
+
+# --- wire format: 8-byte length, then a pickle -----------------------------------------------
+def _write(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(_HEADER.pack(len(payload)))
+    stream.write(payload)
+    stream.flush()
+
+
+def _read(stream: BinaryIO, *, timeout: float | None = None) -> bytes | None:
+    """One message, or None at end of file; ``timeout`` bounds the wait for its first byte."""
+    if timeout is not None:
+        ready, _, _ = select.select([stream], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"no answer from the parse server within {timeout:.0f} s")
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(head)
+    body = stream.read(size)
+    return body if len(body) == size else None
+
+
+# --- server side ---------------------------------------------------------------------------
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def _resolve(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _vm_bytes() -> int:
+    """This process's current address-space size (what RLIMIT_AS counts)."""
+    with open("/proc/self/statm") as fh:
+        pages = int(fh.read().split()[0])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        pages = int(fh.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _child(request: dict[str, Any], out_fd: int) -> None:
+    """In the forked child: limit ourselves, run the target, write one pickle, exit."""
+    _die_with_parent()
+    lim: Limits = request["limits"]
+    status: str
+    value: Any
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (lim.cpu_seconds, lim.cpu_seconds + 5))
+        budget = _vm_bytes() + lim.memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
+        status, value = "ok", _resolve(request["target"])(*request["args"])
+    except MemoryError:
+        status, value = (
+            "error",
+            ParseLimitError(
+                f"the parser ran out of its memory limit ({lim.memory_mb} MB)", limit="memory"
+            ),
+        )
+    except RecursionError:
+        status, value = (
+            "error",
+            CorruptDocumentError(
+                "the document is nested too deeply for the parser (recursion limit)"
+            ),
+        )
+    except EsRagError as exc:
+        status, value = "error", exc
+    except BaseException as exc:
+        status, value = (
+            "error",
+            CorruptDocumentError(f"the parser failed: {type(exc).__name__}: {exc}"),
+        )
+    try:
+        payload = pickle.dumps((status, value), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # an unpicklable library exception
+        payload = pickle.dumps(
+            ("error", CorruptDocumentError(f"the parser failed: {value!r} ({exc})"))
+        )
+    with os.fdopen(out_fd, "wb") as out:
+        out.write(payload)
+    os._exit(0)
+
+
+def _wait(pid: int, fd: int, lim: Limits) -> tuple[bytes, int, Any, bool]:
+    """Collect the child's output until it exits or runs out of wall clock.
+
+    Returns (output, wait status, rusage, killed_for_wall_clock).
+    """
+    deadline = time.monotonic() + lim.wall_seconds
+    chunks: list[bytes] = []
+    killed = False
+    open_fd = True
+    while open_fd:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+            break
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if ready:
+            data = os.read(fd, 1 << 20)
+            if data:
+                chunks.append(data)
+            else:
+                open_fd = False
+    os.close(fd)
+    _, status, usage = os.wait4(pid, 0)
+    return b"".join(chunks), status, usage, killed
+
+
+def _outcome(output: bytes, status: int, usage: Any, killed: bool, lim: Limits) -> tuple[str, Any]:
+    cpu = usage.ru_utime + usage.ru_stime
+    if killed:
+        return "error", ParseLimitError(
+            f"parsing took longer than the wall-clock limit ({lim.wall_seconds:.0f} s)",
+            limit="wall",
+        )
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= lim.cpu_seconds - 1):
+            return "error", ParseLimitError(
+                f"parsing used more than its CPU limit ({lim.cpu_seconds} s)", limit="cpu"
+            )
+        if sig == signal.SIGKILL:
+            return "error", ParseLimitError(
+                "the parser was killed by the system (out of memory?)", limit="memory"
+            )
+        name = signal.Signals(sig).name
+        return "error", CorruptDocumentError(
+            f"the parser crashed on this file ({name}); a malformed file or the memory limit "
+            f"({lim.memory_mb} MB)"
+        )
+    if not output:
+        return "error", CorruptDocumentError(
+            f"the parser exited without an answer (status {os.WEXITSTATUS(status)})"
+        )
+    result: tuple[str, Any] = pickle.loads(output)
+    return result
+
+
+def serve(req_fd: int, rep_fd: int) -> None:
+    """The parse server's loop: one request at a time, one forked child per request."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides when we stop
+    logging.basicConfig(level=logging.ERROR)
+    warmed: set[str] = set()
+    with os.fdopen(req_fd, "rb") as requests, os.fdopen(rep_fd, "wb") as replies:
+        while True:
+            raw = _read(requests)
+            if raw is None:
+                return  # the caller closed the pipe or died
+            request = pickle.loads(raw)
+            warm = request.get("warm")
+            if warm and warm not in warmed:
+                warmed.add(warm)
+                try:
+                    _resolve(warm)()
+                except Exception as exc:  # the child will meet (and report) the same problem
+                    log.debug("warm-up %s failed: %s", warm, exc)
+            lim: Limits = request["limits"]
+            stats = CallStats(server_rss_mb=_rss_mb())
+            read_fd, write_fd = os.pipe()
+            t0 = time.monotonic()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                os.close(read_fd)
+                requests.close()
+                _child(request, write_fd)
+            os.close(write_fd)
+            output, status, usage, killed = _wait(pid, read_fd, lim)
+            stats.wall_s = time.monotonic() - t0
+            stats.cpu_s = usage.ru_utime + usage.ru_stime
+            stats.peak_rss_mb = usage.ru_maxrss / 1024
+            outcome, value = _outcome(output, status, usage, killed, lim)
+            _write(replies, pickle.dumps((outcome, value, stats), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+if __name__ == "__main__":  # pragma: no cover - the server's entry point
+    # Run the imported module's serve, not __main__'s: what it pickles back (CallStats,
+    # errors) must name es_rag.sandbox, which is what the caller can unpickle.
+    from es_rag import sandbox as _module
+
+    _module.serve(int(sys.argv[1]), int(sys.argv[2]))
