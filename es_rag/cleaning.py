@@ -192,7 +192,7 @@ def clean(
     if layout:
         out = [
             el
-            if el.kind in ("table", "code", "title")
+            if el.kind in ("table", "code")
             else replace(el, text=join_broken_lines(el.text))
             for el in out
         ]

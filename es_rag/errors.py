@@ -21,7 +21,7 @@
         ├── CorruptDocumentError    truncated or malformed bytes, or a parser that crashed on them
         ├── EmptyDocumentError      nothing to index (``needs_ocr``: a scan and no OCR)
         ├── DocumentTooLargeError   over the input-size or decompressed-size limit
-        └── ParseLimitError         the parse child hit its memory, CPU or wall-clock limit
+        └── ParseLimitError         a parse hit a limit: memory, CPU, wall clock, nesting depth
 
 Every exception with extra fields defines ``__reduce__`` so that it survives pickling
 (Celery carries exceptions between processes).
@@ -139,7 +139,7 @@ class DocumentTooLargeError(InputError):
 
 
 class ParseLimitError(InputError):
-    """The parse child hit a limit (``limit``: memory, cpu or wall) and was stopped."""
+    """A parse hit a limit (``limit``: memory, cpu, wall or depth) and was stopped."""
 
     def __init__(self, message: str, *, limit: str) -> None:
         super().__init__(message)

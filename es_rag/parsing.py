@@ -34,6 +34,8 @@ from es_rag.errors import (
     EmptyDocumentError,
     EncryptedDocumentError,
     InputError,
+    ParseLimitError,
+    UnsupportedFormatError,
 )
 from es_rag.sandbox import Limits, Sandbox
 from es_rag.types import Element
@@ -142,7 +144,9 @@ class Parser:
         if not any(e.text.strip() for e in elements):
             raise EmptyDocumentError("no text to index: the file parsed to nothing but whitespace")
         parsed.elements = elements
-        parsed.title = _title(parsed.title, elements) or path.stem
+        # A spreadsheet's first heading is its first sheet's name, not the workbook's title.
+        opening = elements if parsed.mime != detect.XLSX else []
+        parsed.title = _title(parsed.title, opening) or path.stem
         return parsed
 
     def sniff(self, path: Path) -> str:
@@ -245,6 +249,8 @@ def warm_text() -> None:
 # --- in the child: the parse itself ----------------------------------------------------------
 def partition_file(path: str, sniffed: str, options: ParseOptions) -> ParsedFile:
     """Parse one file (runs in the sandbox child: every byte of the file is read here)."""
+    from unstructured.errors import DecompressedSizeExceededError, UnprocessableEntityError
+
     mime = detect.resolve(path, sniffed, max_unzipped_bytes=options.max_unzipped_bytes)
     try:
         return _PARTITIONERS[mime](path, options)
@@ -255,6 +261,15 @@ def partition_file(path: str, sniffed: str, options: ParseOptions) -> ParsedFile
                 "(and cannot be downloaded): run scripts/setup.sh, see the README"
             ) from exc
         raise
+    except DecompressedSizeExceededError as exc:
+        raise DocumentTooLargeError(f"over the parser's decompressed-size limit: {exc}") from None
+    except UnprocessableEntityError as exc:
+        message = str(exc)
+        if "exceeds the maximum" in message:
+            raise DocumentTooLargeError(message) from None
+        if "password" in message.lower():
+            raise EncryptedDocumentError(message) from None
+        raise CorruptDocumentError(message) from None
 
 
 _KINDS: dict[str, str | None] = {
@@ -350,6 +365,13 @@ def _pptx(path: str, options: ParseOptions) -> ParsedFile:
     raw = _elements(
         partition_pptx(filename=path, include_slide_notes=False, infer_table_structure=True)
     )
+    # A slide's heading is its title; Unstructured also guesses "titles" among the bullets.
+    seen: set[int | None] = set()
+    for i, el in enumerate(raw):
+        if el.kind == "title":
+            if el.page in seen:
+                raw[i] = replace(el, kind="text", level=None)
+            seen.add(el.page)
     # Unstructured puts a slide's notes before its title; they belong after its content.
     notes: dict[int, Element] = {}
     slides = Presentation(path).slides
@@ -404,9 +426,36 @@ def _html_title(path: str) -> str | None:
     return title.strip() if title else None
 
 
+_TAG = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9:-]*)[^>]*?(/?)>")
+# Void elements never nest; elements whose end tag HTML lets one omit (<p>, <li>, <td>…)
+# would look ever deeper when it is omitted, so neither counts.
+_FLAT = frozenset(
+    b"area base br col embed hr img input link meta param source track wbr "
+    b"p li dt dd td th tr thead tbody tfoot colgroup caption option optgroup rp rt".split()
+)
+MAX_HTML_DEPTH = 250  # libxml2, under Unstructured, drops what lies deeper than 255
+
+
+def _html_depth(data: bytes) -> int:
+    depth = deepest = 0
+    for close, name, selfclose in _TAG.findall(data):
+        if name.lower() in _FLAT or selfclose:
+            continue
+        depth = max(0, depth - 1) if close else depth + 1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def _html(path: str, options: ParseOptions) -> ParsedFile:
     from unstructured.partition.html import partition_html
 
+    depth = _html_depth(Path(path).read_bytes())
+    if depth > MAX_HTML_DEPTH:
+        # The parser would silently drop everything below its depth limit.
+        raise ParseLimitError(
+            f"the HTML nests {depth:,} elements deep; the parser reads {MAX_HTML_DEPTH}",
+            limit="depth",
+        )
     raw = partition_html(filename=path, skip_headers_and_footers=True)
     return ParsedFile(mime=detect.HTML, elements=_elements(raw), title=_html_title(path))
 
@@ -432,8 +481,8 @@ def _check_utf8(path: str) -> None:
     try:
         data.decode("utf-16" if data.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CorruptDocumentError(
-            f"not valid UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+        raise UnsupportedFormatError(
+            f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
             "save the file as UTF-8"
         ) from None
 
@@ -486,7 +535,7 @@ def _pdf(path: str, options: ParseOptions) -> ParsedFile:
             # Unstructured returns nothing, silently, when a piece it needs is missing.
             raise CorruptDocumentError(
                 "the PDF has a text layer but the parser extracted no text from it "
-                "(is pikepdf installed? see the README's install notes)"
+                + ("(pikepdf is not installed)" if not _has("pikepdf") else "(damaged?)")
             )
         return ParsedFile(mime=detect.PDF, elements=elements, title=title, pages=pages)
     if options.pdf_strategy == "fast" or not options.ocr:
@@ -502,6 +551,12 @@ def _pdf(path: str, options: ParseOptions) -> ParsedFile:
         pages=pages,
         ocr=True,
     )
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def _pdf_has_text(pdf: Any) -> bool:
@@ -545,6 +600,8 @@ def _image(path: str, options: ParseOptions) -> ParsedFile:
     try:
         image = Image.open(path)
         image.load()
+    except Image.DecompressionBombError as exc:
+        raise DocumentTooLargeError(f"an image too large to OCR: {exc}") from None
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise CorruptDocumentError(f"a damaged image: {exc}") from None
     frames = ((n, f.convert("RGB")) for n, f in enumerate(ImageSequence.Iterator(image), 1))

@@ -36,6 +36,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -216,9 +217,11 @@ def _rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _child(request: dict[str, Any], out_fd: int) -> None:
+def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
     """In the forked child: limit ourselves, run the target, write one pickle, exit."""
     _die_with_parent()
+    os.dup2(err_fd, 2)  # native libraries' complaints go to the server, not our caller
+    os.close(err_fd)
     lim: Limits = request["limits"]
     status: str
     value: Any
@@ -286,7 +289,12 @@ def _wait(pid: int, fd: int, lim: Limits) -> tuple[bytes, int, Any, bool]:
     return b"".join(chunks), status, usage, killed
 
 
-def _outcome(output: bytes, status: int, usage: Any, killed: bool, lim: Limits) -> tuple[str, Any]:
+_OUT_OF_MEMORY = ("bad_alloc", "MemoryError", "Cannot allocate memory", "out of memory")
+
+
+def _outcome(
+    output: bytes, status: int, usage: Any, killed: bool, lim: Limits, stderr: str = ""
+) -> tuple[str, Any]:
     cpu = usage.ru_utime + usage.ru_stime
     if killed:
         return "error", ParseLimitError(
@@ -303,11 +311,13 @@ def _outcome(output: bytes, status: int, usage: Any, killed: bool, lim: Limits) 
             return "error", ParseLimitError(
                 "the parser was killed by the system (out of memory?)", limit="memory"
             )
+        if any(sign in stderr for sign in _OUT_OF_MEMORY):
+            return "error", ParseLimitError(
+                f"the parser ran out of its memory limit ({lim.memory_mb} MB)", limit="memory"
+            )
         name = signal.Signals(sig).name
-        return "error", CorruptDocumentError(
-            f"the parser crashed on this file ({name}); a malformed file or the memory limit "
-            f"({lim.memory_mb} MB)"
-        )
+        last = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no message"
+        return "error", CorruptDocumentError(f"the parser crashed on this file ({name}: {last})")
     if not output:
         return "error", CorruptDocumentError(
             f"the parser exited without an answer (status {os.WEXITSTATUS(status)})"
@@ -338,18 +348,22 @@ def serve(req_fd: int, rep_fd: int) -> None:
             lim: Limits = request["limits"]
             stats = CallStats(server_rss_mb=_rss_mb())
             read_fd, write_fd = os.pipe()
+            errors = tempfile.TemporaryFile()
             t0 = time.monotonic()
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child
                 os.close(read_fd)
                 requests.close()
-                _child(request, write_fd)
+                _child(request, write_fd, errors.fileno())
             os.close(write_fd)
             output, status, usage, killed = _wait(pid, read_fd, lim)
+            errors.seek(max(0, errors.seek(0, os.SEEK_END) - 4096))
+            stderr = errors.read().decode("utf-8", "replace")
+            errors.close()
             stats.wall_s = time.monotonic() - t0
             stats.cpu_s = usage.ru_utime + usage.ru_stime
             stats.peak_rss_mb = usage.ru_maxrss / 1024
-            outcome, value = _outcome(output, status, usage, killed, lim)
+            outcome, value = _outcome(output, status, usage, killed, lim, stderr)
             _write(replies, pickle.dumps((outcome, value, stats), protocol=pickle.HIGHEST_PROTOCOL))
 
 

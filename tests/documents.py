@@ -1,0 +1,359 @@
+"""Real documents for the parsing tests, written by the real writers (no fixtures on disk).
+
+python-docx, python-pptx and openpyxl write Office files, reportlab writes PDFs with a
+text layer (its built-in STSong-Light CID font covers Chinese without a font file), Pillow
+draws the pages of scanned PDFs and images for OCR, and the standard library writes
+e-mail. Every writer returns the path it wrote; the ``*_FACTS`` constants say what a
+reader must find in the result.
+"""
+
+from __future__ import annotations
+
+import email.message
+import email.utils
+import zipfile
+from pathlib import Path
+
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+CJK_FONTS = (
+    Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"),
+    Path("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc"),
+    Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"),
+)
+
+# --- DOCX -----------------------------------------------------------------------------------
+DOCX_TITLE = "Payments Handbook"
+DOCX_ROWS = [("Region", "Daily limit", "Currency")] + [
+    (f"Region {i:02d}", str(1000 * i), "EUR" if i % 2 else "USD") for i in range(1, 61)
+]
+
+
+def docx_handbook(path: Path) -> Path:
+    """Headings three deep, prose, a caption and a 60-row table, bullets, a Chinese chapter."""
+    import docx
+
+    doc = docx.Document()
+    doc.core_properties.title = DOCX_TITLE
+    doc.add_heading(DOCX_TITLE, 0)
+    doc.add_heading("Refunds", 1)
+    doc.add_paragraph(
+        "Refunds are processed within five business days. The customer receives an e-mail "
+        "when the money has been sent back. Partial refunds are allowed for orders with "
+        "several items."
+    )
+    doc.add_heading("Failed refunds", 2)
+    doc.add_heading("Error codes", 3)
+    doc.add_paragraph("When a refund fails the system logs ERR_REFUND_1042 and retries twice.")
+    doc.add_heading("Limits", 1)
+    doc.add_paragraph("Every region has its own daily limit per merchant.")
+    doc.add_paragraph("Table 1: Daily limits by region")
+    table = doc.add_table(rows=len(DOCX_ROWS), cols=3)
+    for i, row in enumerate(DOCX_ROWS):
+        for j, value in enumerate(row):
+            table.cell(i, j).text = value
+    doc.add_paragraph("Limits are reviewed every quarter.", style="List Bullet")
+    doc.add_paragraph("Merchants may ask for a temporary raise.", style="List Bullet")
+    doc.add_heading("退款政策", 1)
+    doc.add_paragraph(
+        "退款申请将在五个工作日内处理完毕。客户会在处理完成后收到一封确认电子邮件。"
+        "如果超过十个工作日仍未收到退款，请联系客服。"
+    )
+    doc.save(str(path))
+    return path
+
+
+# --- PPTX -----------------------------------------------------------------------------------
+PPTX_SLIDES = [
+    ("Quarterly review", ["Revenue grew 12% in the third quarter", "Costs fell by 3%"],
+     "Mention the new region in Brazil."),
+    ("Outlook", ["Hiring in Q4", "Two new offices"], "Keep this slide short."),
+    ("季度总结", ["收入增长了百分之十二", "成本下降了百分之三"], "强调巴西的新市场。"),
+]
+
+
+def pptx_deck(path: Path) -> Path:
+    """Three slides (one in Chinese), each with a title, two bullets and speaker notes."""
+    from pptx import Presentation
+
+    deck = Presentation()
+    for title, bullets, notes in PPTX_SLIDES:
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text = "\n".join(bullets)
+        slide.notes_slide.notes_text_frame.text = notes
+    deck.save(str(path))
+    return path
+
+
+# --- XLSX / CSV -----------------------------------------------------------------------------
+XLSX_SHEETS = {
+    "Prices": [("Product", "Price", "Currency")]
+    + [(f"Widget {i:03d}", i * 3, "EUR") for i in range(1, 201)],
+    "Contacts": [("Name", "Role"), ("Alice", "Support lead"), ("Bob", "Finance")],
+}
+
+
+def xlsx_book(path: Path) -> Path:
+    """Two sheets with header rows; the first has 200 data rows (more than one chunk)."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    for name, rows in XLSX_SHEETS.items():
+        sheet = book.create_sheet(name)
+        for row in rows:
+            sheet.append(list(row))
+    book.save(str(path))
+    return path
+
+
+def csv_file(path: Path) -> Path:
+    path.write_text("city,country,population\nLyon,France,522000\nChengdu,China,20940000\n")
+    return path
+
+
+# --- PDF with a text layer ------------------------------------------------------------------
+PDF_HEADER = "ACME Corporation - Internal Handbook"
+PDF_PAGES = [
+    ("Shipping policy", [
+        "Orders placed before noon are shipped on the same day from the central ware-",
+        "house in Lyon. Customers can follow every parcel with the tracking number that",
+        "is sent by e-mail once the parcel leaves the building.",
+    ]),
+    ("Returns", [
+        "Goods can be returned within thirty days. The return label is printed from the",
+        "customer account, and the refund follows the inspection of the returned goods.",
+    ]),
+    ("退货政策", [
+        "顾客可以在三十天内退回商品，退货标签可以在客户账户中打印。退款将在仓库检查",
+        "退回的商品之后发放，通常需要五个工作日。",
+    ]),
+]
+
+
+def pdf_text(path: Path, *, title: str = "Operations Manual") -> Path:
+    """Three pages: a running header, a page-number footer, a heading and a paragraph each;
+    English lines hyphenated at a line end, a Chinese sentence broken across lines."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.cidfonts import UnicodeCIDFont
+    from reportlab.pdfgen import canvas
+
+    pdfmetrics.registerFont(UnicodeCIDFont("STSong-Light"))
+    page = canvas.Canvas(str(path), pagesize=A4)
+    page.setTitle(title)
+    width, height = A4
+    for number, (heading, lines) in enumerate(PDF_PAGES, start=1):
+        chinese = any(ord(ch) > 0x2E80 for ch in heading)
+        body_font = "STSong-Light" if chinese else "Helvetica"
+        page.setFont("Helvetica", 8)
+        page.drawString(72, height - 30, PDF_HEADER)
+        page.drawString(width / 2 - 20, 25, f"Page {number} of {len(PDF_PAGES)}")
+        page.setFont("STSong-Light" if chinese else "Helvetica-Bold", 18)
+        page.drawString(72, height - 110, heading)
+        page.setFont(body_font, 11)
+        y = height - 140
+        for line in lines:
+            page.drawString(72, y, line)
+            y -= 15
+        page.showPage()
+    page.save()
+    return path
+
+
+# --- scans (no text layer) ------------------------------------------------------------------
+SCAN_EN = ["Scanned refund policy", "", "Refunds are processed within five business days.",
+           "Contact support when the refund has not arrived."]
+SCAN_ZH = ["退款政策", "", "退款申请将在五个工作日内处理完毕。", "如果超过十个工作日仍未收到退款，请联系客服。"]
+
+
+def cjk_font() -> Path | None:
+    return next((p for p in CJK_FONTS if p.is_file()), None)
+
+
+def _page_image(lines: list[str], font_path: Path, size: int = 34):
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("L", (1654, 2339), 255)  # A4 at 200 dpi
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(str(font_path), size)
+    y = 200
+    for line in lines:
+        draw.text((160, y), line, font=font, fill=0)
+        y += int(size * 1.7)
+    return image
+
+
+def scanned_pdf(path: Path, pages: list[list[str]], *, font: Path = DEJAVU) -> Path:
+    """A PDF of page images only: what a scanner produces."""
+    images = [_page_image(lines, font).convert("RGB") for lines in pages]
+    images[0].save(str(path), "PDF", resolution=200, save_all=True, append_images=images[1:])
+    return path
+
+
+def png_scan(path: Path, lines: list[str], *, font: Path = DEJAVU) -> Path:
+    _page_image(lines, font).save(str(path))
+    return path
+
+
+# --- HTML, Markdown, text, e-mail -------------------------------------------------------------
+HTML_PAGE = """<!doctype html>
+<html><head><title>Help Center</title></head>
+<body>
+<header><a href="/">ACME</a> <a href="/login">Log in</a></header>
+<nav><ul><li><a href="/products">Products</a></li><li><a href="/pricing">Pricing</a></li></ul></nav>
+<main>
+<h1>Help Center</h1>
+<h2>Shipping</h2>
+<p>We ship to 40 countries. Parcels inside the EU arrive within three working days.</p>
+<table><tr><th>Zone</th><th>Days</th></tr><tr><td>EU</td><td>3</td></tr>
+<tr><td>Americas</td><td>7</td></tr></table>
+<h2>Accounts</h2>
+<h3>Passwords</h3>
+<p>Reset your password from the login page; the link expires after one hour.</p>
+</main>
+<footer>Copyright 2026 ACME. All rights reserved.</footer>
+</body></html>
+"""
+
+MARKDOWN_DOC = """# Deployment guide
+
+This guide explains how to deploy the service.
+
+## Install
+
+Install the package and initialise the index:
+
+```bash
+pip install es-rag
+es-rag init
+es-rag ingest docs/ --tenant acme --public
+```
+
+## Configure
+
+| Variable | Meaning |
+|---|---|
+| ES_RAG_ES_URL | the search server |
+| ES_RAG_INDEX | the alias |
+
+- Set the URL first.
+- Then the index name.
+
+## 部署说明
+
+部署之前请先检查配置。服务启动后会自动创建索引。
+"""
+
+TEXT_DOC = """SYSTEM OVERVIEW
+
+The billing system sends invoices on the first day of every month. Invoices that are not paid
+within thirty days trigger a reminder.
+
+PAYMENT METHODS
+
+Customers pay by card or by bank transfer. Card payments are confirmed at once.
+"""
+
+
+def eml_message(path: Path) -> Path:
+    msg = email.message.EmailMessage()
+    msg["From"] = "Alice Martin <alice@example.com>"
+    msg["To"] = "bob@example.com"
+    msg["Subject"] = "Refund window extended"
+    msg["Date"] = email.utils.format_datetime(email.utils.parsedate_to_datetime(
+        "Mon, 05 Jan 2026 10:00:00 +0000"))
+    msg.set_content(
+        "Hi Bob,\n\nFrom February the refund window is 45 days instead of 30.\n"
+        "Please update the help center.\n\nAlice\n"
+    )
+    path.write_bytes(bytes(msg))
+    return path
+
+
+# --- hostile or broken input ------------------------------------------------------------------
+def encrypted_pdf(path: Path) -> Path:
+    from reportlab.pdfgen import canvas
+
+    page = canvas.Canvas(str(path), encrypt="s3cret-password")
+    page.drawString(72, 720, "Secret text behind a password")
+    page.showPage()
+    page.save()
+    return path
+
+
+def encrypted_docx(path: Path, plain: Path) -> Path:
+    """``plain`` (a DOCX) encrypted with a password, as Word does it (an OLE container)."""
+    from msoffcrypto.format.ooxml import OOXMLFile
+
+    with plain.open("rb") as src, path.open("wb") as out:
+        OOXMLFile(src).encrypt("s3cret", out)
+    return path
+
+
+def zip_bomb_docx(path: Path, plain: Path, *, inflated_mb: int) -> Path:
+    """A valid DOCX whose document.xml inflates to ``inflated_mb`` MB (mostly spaces)."""
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == "word/document.xml":
+                continue
+            out.writestr(info, data)
+        with out.open("word/document.xml", "w", force_zip64=True) as member:
+            member.write(b'<?xml version="1.0"?><w:document xmlns:w="http://schemas.'
+                         b'openxmlformats.org/wordprocessingml/2006/main"><w:body>')
+            block = b" " * (1 << 20)
+            for _ in range(inflated_mb):
+                member.write(block)
+            member.write(b"</w:body></w:document>")
+    return path
+
+
+def heavy_pdf(path: Path, *, operators: int) -> Path:
+    """A small file whose one page holds ``operators`` text-drawing operators (compressed):
+    pdfminer walks every one of them, for far longer than any limit allows."""
+    import zlib
+
+    stream = zlib.compress(b"BT /F1 1 Tf 1 0 0 1 10 10 Tm (x) Tj ET\n" * operators, 9)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream
+        + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    path.write_bytes(bytes(out))
+    return path
+
+
+def huge_range_xlsx(path: Path) -> Path:
+    """One header cell and one cell at the last row and column: a 17-billion-cell range."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet["A1"] = "header"
+    sheet["XFD1048576"] = "far away"
+    book.save(str(path))
+    return path
+
+
+def nested_html(path: Path, *, depth: int) -> Path:
+    path.write_text(
+        "<html><body>" + "<div>" * depth + "deep text" + "</div>" * depth + "</body></html>"
+    )
+    return path
