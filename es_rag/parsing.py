@@ -142,7 +142,7 @@ class Parser:
             guessed_titles=parsed.mime in _GUESSED_TITLES or parsed.ocr,
         )
         if not any(e.text.strip() for e in elements):
-            raise EmptyDocumentError("no text to index: the file parsed to nothing but whitespace")
+            raise EmptyDocumentError("empty document: no text to index (only whitespace)")
         parsed.elements = elements
         # A spreadsheet's first heading is its first sheet's name, not the workbook's title.
         opening = elements if parsed.mime != detect.XLSX else []

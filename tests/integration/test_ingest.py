@@ -238,7 +238,8 @@ def test_batch_isolates_a_failing_document(
     results = {r.doc_id: r for r in ingestor.ingest_many(docs, refresh=True)}
     assert results["ok-1"].status == "indexed" and results["ok-2"].status == "indexed"
     assert results["bad"].status == "failed" and results["bad"].error_type == "BulkIndexingError"
-    assert results["empty"].status == "failed" and results["empty"].error_type == "InputError"
+    assert results["empty"].status == "failed"
+    assert results["empty"].error_type == "EmptyDocumentError"
     assert rows(engine, settings.index, "bad") == []
     ok1 = results["ok-1"]
     assert len(rows(engine, settings.index, "ok-1")) == ok1.chunks + ok1.parents
