@@ -152,6 +152,7 @@ def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
     ]
 
     embedder = build_embedder(base)
+    count, limit = embedder.token_counter()  # the same chunks the ingest will embed
     texts = [
         embedding_text(c)
         for doc in documents
@@ -161,6 +162,8 @@ def run(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
             size=base.chunk_size,
             overlap=base.chunk_overlap,
             parent_size=base.parent_chunk_size,
+            count_tokens=count,
+            max_tokens=limit,
         )
         if c.chunk_type == "child"
     ]

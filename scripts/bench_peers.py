@@ -144,8 +144,9 @@ def build_corpus(folder: Path, n: int) -> tuple[list[tuple[str, str, str]], list
     return units[:n], queries
 
 
-def same_strings(settings: Settings, documents: list[Document]) -> list[str]:
+def same_strings(settings: Settings, documents: list[Document], embedder: Any) -> list[str]:
     """What es-rag will embed for each document; each must stay exactly one chunk."""
+    count, limit = embedder.token_counter()
     out = []
     for doc in documents:
         children = [
@@ -156,6 +157,8 @@ def same_strings(settings: Settings, documents: list[Document]) -> list[str]:
                 size=settings.chunk_size,
                 overlap=settings.chunk_overlap,
                 parent_size=settings.parent_chunk_size,
+                count_tokens=count,
+                max_tokens=limit,
             )
             if c.chunk_type == "child"
         ]
@@ -251,9 +254,8 @@ def run(args: argparse.Namespace, peer: Peer) -> dict[str, Any]:
     queries = queries[: args.queries]
     acl = make_acl("bench", public=True)
     documents = [Document(doc_id=i, title=t, text=c, acl=acl) for i, t, c in units]
-    texts = same_strings(base, documents)
-
     embedder = build_embedder(base)
+    texts = same_strings(base, documents, embedder)
     embedder.embed(texts[:64])  # warm-up: model load and first-batch costs out of the figures
     embedder.embed_query("warm-up")
     peer_info = peer.call(op="init", es_url=args.es_url, model=model, texts=texts)

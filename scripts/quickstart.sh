@@ -4,8 +4,8 @@
 #   2. start a local Elasticsearch (port 9200) and Redis (port 6379) on loopback,
 #      unless ES_RAG_ES_URL / ES_RAG_REDIS_URL point at ones you already run;
 #      ENGINE=opensearch starts OpenSearch (with the k-NN plugin) instead
-#   3. create the index, ingest scripts/sample-docs (public to tenant "demo", one folder
-#      restricted to group:finance)
+#   3. create the index, ingest scripts/sample-docs (Markdown, text, a DOCX with a table and a
+#      PDF, public to tenant "demo"; one folder restricted to group:finance)
 #   4. answer sample questions with citations, as two different callers, and build a
 #      prompt-ready evidence block for one of them
 #
@@ -38,8 +38,8 @@ cd "$ROOT/scripts"
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 say es-rag init
 es-rag init
-say es-rag ingest sample-docs/*.md sample-docs/security.txt --tenant demo --public
-es-rag ingest sample-docs/*.md sample-docs/security.txt --tenant demo --public
+say es-rag ingest sample-docs/*.md sample-docs/*.docx sample-docs/*.pdf sample-docs/security.txt --tenant demo --public
+es-rag ingest sample-docs/*.md sample-docs/*.docx sample-docs/*.pdf sample-docs/security.txt --tenant demo --public
 say es-rag ingest sample-docs/restricted --tenant demo --allow group:finance
 es-rag ingest sample-docs/restricted --tenant demo --allow group:finance
 
@@ -47,6 +47,8 @@ say es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" 
 es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:alice
 say es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:bob --group finance
 es-rag search "what does ERR_REFUND_1042 mean and how much did it cost us?" --tenant demo --as user:bob --group finance
+say es-rag search "daily allowance in Paris" --tenant demo --as user:alice --k 1
+es-rag search "daily allowance in Paris" --tenant demo --as user:alice --k 1
 say es-rag context "how long does a refund take?" --tenant demo --as user:alice
 es-rag context "how long does a refund take?" --tenant demo --as user:alice
 say es-rag context "what is the capital of Australia?" --tenant demo --as user:alice
