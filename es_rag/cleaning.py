@@ -191,9 +191,7 @@ def clean(
         out = demote_sentences(out)
     if layout:
         out = [
-            el
-            if el.kind in ("table", "code")
-            else replace(el, text=join_broken_lines(el.text))
+            el if el.kind in ("table", "code") else replace(el, text=join_broken_lines(el.text))
             for el in out
         ]
     out = remove_furniture(out)

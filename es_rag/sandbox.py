@@ -345,26 +345,31 @@ def serve(req_fd: int, rep_fd: int) -> None:
                     _resolve(warm)()
                 except Exception as exc:  # the child will meet (and report) the same problem
                     log.debug("warm-up %s failed: %s", warm, exc)
-            lim: Limits = request["limits"]
-            stats = CallStats(server_rss_mb=_rss_mb())
-            read_fd, write_fd = os.pipe()
-            errors = tempfile.TemporaryFile()
-            t0 = time.monotonic()
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                os.close(read_fd)
-                requests.close()
-                _child(request, write_fd, errors.fileno())
-            os.close(write_fd)
-            output, status, usage, killed = _wait(pid, read_fd, lim)
-            errors.seek(max(0, errors.seek(0, os.SEEK_END) - 4096))
-            stderr = errors.read().decode("utf-8", "replace")
-            errors.close()
-            stats.wall_s = time.monotonic() - t0
-            stats.cpu_s = usage.ru_utime + usage.ru_stime
-            stats.peak_rss_mb = usage.ru_maxrss / 1024
-            outcome, value = _outcome(output, status, usage, killed, lim, stderr)
-            _write(replies, pickle.dumps((outcome, value, stats), protocol=pickle.HIGHEST_PROTOCOL))
+            reply = _fork_one(request, requests)
+            _write(replies, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _fork_one(request: dict[str, Any], requests: BinaryIO) -> tuple[str, Any, CallStats]:
+    """Fork a child for one request, wait for it, and say how it ended."""
+    lim: Limits = request["limits"]
+    stats = CallStats(server_rss_mb=_rss_mb())
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile() as errors:
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            os.close(read_fd)
+            requests.close()
+            _child(request, write_fd, errors.fileno())
+        os.close(write_fd)
+        output, status, usage, killed = _wait(pid, read_fd, lim)
+        errors.seek(max(0, errors.seek(0, os.SEEK_END) - 4096))
+        stderr = errors.read().decode("utf-8", "replace")
+    stats.wall_s = time.monotonic() - t0
+    stats.cpu_s = usage.ru_utime + usage.ru_stime
+    stats.peak_rss_mb = usage.ru_maxrss / 1024
+    outcome, value = _outcome(output, status, usage, killed, lim, stderr)
+    return outcome, value, stats
 
 
 if __name__ == "__main__":  # pragma: no cover - the server's entry point
