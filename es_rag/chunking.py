@@ -32,12 +32,15 @@ CHUNKER_VERSION = "structure-1"
 Counter = Callable[[str], int]
 
 _WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\s\u3400-\u9fff\uf900-\ufaff]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+(?=\S)|(?<=[。！？；…])(?=.)")
+_LATIN_BREAK = re.compile(r"(?<=[.!?;:])\s+(?=\S)")
+# A CJK sentence ends at 。！？；… and keeps the closing quotes or brackets that follow.
+_CJK_SENTENCE = re.compile(r"[^。！？；…]*[。！？；…]+[”’」』）)\]\"']*|[^。！？；…]+")
 _CJK_CHAR = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SETEXT = re.compile(r"^(=+|-+)\s*$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(.*)$")
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _TEXT_KINDS = ("text", "list_item", "caption", "formula", "notes", "image", "header", "footer")
@@ -103,7 +106,7 @@ def _sections(elements: Sequence[Element], title: str) -> list[_Section]:
 
 
 def _as_text(el: Element) -> Element:
-    return Element(kind="text", text=el.text, page=el.page)
+    return Element(kind="text", text=el.text, page=el.page, page_end=el.page_end)
 
 
 # --- units: the pieces chunks are packed from ----------------------------------------------
@@ -115,37 +118,33 @@ class _Unit:
     block: int  # the element it came from: units of one block join as prose
     page: int | None
     atomic: bool = False  # a table part or code: never split, never repeated as overlap
+    last_page: int | None = None  # where the element ends, when it runs over a page break
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    out = []
+    for part in _LATIN_BREAK.split(text):
+        out += [m.group().strip() for m in _CJK_SENTENCE.finditer(part) if m.group().strip()]
+    return out
 
 
 def _split_long(sentence: str, limit: int, count: Counter) -> list[str]:
-    """A sentence longer than a child, cut between words (or CJK characters)."""
-    words = _WORD.findall(sentence)
+    """A sentence longer than a child, cut between words (or CJK characters); the pieces
+    are slices of the sentence, so its text (spacing included) is unchanged."""
+    spans = [m.span() for m in _WORD.finditer(sentence)]
     pieces: list[str] = []
     step = max(1, int(limit * 0.7))  # ~1.3 tokens a word; checked and halved below
     start = 0
-    while start < len(words):
-        n = min(step, len(words) - start)
+    while start < len(spans):
+        n = min(step, len(spans) - start)
         while True:
-            piece = _join_words(words[start : start + n])
+            piece = sentence[spans[start][0] : spans[start + n - 1][1]]
             if n == 1 or count(piece) <= limit:
                 break
             n = max(1, n // 2)
         pieces.append(piece)
         start += n
     return pieces
-
-
-def _join_words(words: Sequence[str]) -> str:
-    out = ""
-    for w in words:
-        if out and not (_CJK_CHAR.match(out[-1]) and _CJK_CHAR.match(w[0])):
-            out += " "
-        out += w
-    return out
 
 
 def table_rows(el: Element) -> list[list[str]]:
@@ -250,8 +249,7 @@ def _units(elements: Sequence[Element], limit: int, cap: int, count: Counter) ->
         if el.kind == "table":
             units += _table_units(el, None, block, limit, count)
             continue
-        if _is_caption_for_table(el, nxt):
-            assert nxt is not None
+        if _is_caption_for_table(el, nxt) and nxt is not None and table_rows(nxt):
             units += _table_units(nxt, " ".join(el.text.split()), block, limit, count)
             skip.add(block + 1)
             continue
@@ -270,7 +268,7 @@ def _units(elements: Sequence[Element], limit: int, cap: int, count: Counter) ->
             pieces = [sentence] if n <= limit else _split_long(sentence, limit, count)
             for piece in pieces:
                 tokens = n if piece is sentence else count(piece)
-                units.append(_Unit(el.kind, piece, tokens, block, el.page))
+                units.append(_Unit(el.kind, piece, tokens, block, el.page, last_page=el.page_end))
     return units
 
 
@@ -315,13 +313,15 @@ def _children(units: Sequence[_Unit], size: int, overlap: int) -> Iterator[list[
         yield list(units[start:end])
         if end >= len(units):
             break
-        # Step back over whole sentences worth about `overlap`, never past `start` and
-        # never over a table part or a code block (those are not repeated).
+        # Step back over whole sentences worth about `overlap`, never past `start`, never
+        # over a table part or a code block (those are not repeated), and never so far that
+        # the next child would hold nothing new.
         back, carried = end, 0
         while (
             back - 1 > start
             and not units[back - 1].atomic
             and carried + units[back - 1].tokens <= overlap
+            and carried + units[back - 1].tokens + units[end].tokens <= size
         ):
             back -= 1
             carried += units[back].tokens
@@ -329,7 +329,7 @@ def _children(units: Sequence[_Unit], size: int, overlap: int) -> Iterator[list[
 
 
 def _pages(units: Sequence[_Unit]) -> tuple[int | None, int | None]:
-    pages = [u.page for u in units if u.page is not None]
+    pages = [p for u in units for p in (u.page, u.last_page) if p is not None]
     return (min(pages), max(pages)) if pages else (None, None)
 
 
@@ -446,13 +446,13 @@ def text_elements(text: str) -> list[Element]:
             heading = match.group(2).strip()
             out.append(Element(kind="title", text=heading, level=len(match.group(1))))
             continue
-        if _SETEXT.match(line) and para and i > 0 and lines[i - 1].strip():
+        if _SETEXT.match(line) and para and lines[i - 1].strip() and not _LIST_ITEM.match(para[0]):
             heading = para.pop().strip()
             flush()
             level = 1 if line.lstrip()[0] == "=" else 2
             out.append(Element(kind="title", text=heading, level=level))
             continue
-        if not line.strip():
+        if not line.strip() or _THEMATIC_BREAK.match(line):
             flush()
         elif _LIST_ITEM.match(line):
             flush()
@@ -467,7 +467,7 @@ def text_elements(text: str) -> list[Element]:
 
 def _pipe_table(lines: Sequence[str]) -> Element:
     rows = [
-        [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         for line in lines
         if not _TABLE_RULE.match(line)
     ]

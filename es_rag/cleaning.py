@@ -23,10 +23,10 @@ from dataclasses import replace
 from es_rag.types import Element
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff"
-_CJK_PUNCT = "\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"
+_CJK_PUNCT = "\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"
 _KEEP = re.compile(f"[{_CJK_PUNCT}]")
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"), None)
-_SPACES = re.compile(r"[ \t\u00a0\u2000-\u200a\u202f\u205f]+")
+_SPACES = re.compile(r"[ \t\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
 _CJK_GAP = re.compile(f"(?<=[{_CJK}{_CJK_PUNCT}])[ \t]*\n?[ \t]*(?=[{_CJK}{_CJK_PUNCT}])")
 _HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-[ \t]*\n[ \t]*(?=[a-zà-ÿ])")
 # Unstructured joins a PDF's lines with a space before we see them: "infor- mation".
@@ -35,8 +35,12 @@ _HYPHEN_SPACE = re.compile(
     r"(?<=[a-zà-ÿ]{2})- (?!(?:and|or|to|nor|und|oder|et|ou|y|o)\b)(?=[a-zà-ÿ]{2})"
 )
 _SENTENCE_END = re.compile(r"[.!?;:。！？；：…]['\"’”)）」』]*$")
+# A guessed heading ending like this is a sentence; "What is RAG?" and "Notes:" stay headings.
+_STATEMENT_END = re.compile(r"[.!;。！；…]['\"’”)）」』]*$")
+# A CJK letter or a CJK mark that does not end a sentence (，、“（…).
+_CJK_OPEN_END = re.compile(f"[{_CJK}，、“‘（《【〈「『]$")
 _PAGE_NUMBER = re.compile(
-    r"^(?:(?:page|p\.|seite|pagina|página)\s*)?[-–—(\[]?\s*(?:\d+|[ivxlcdm]+)\s*[-–—)\]]?"
+    r"^(?:(?:page|p\.|seite|pagina|página)\s*)?[-–—(\[]?\s*(?:\d+|(?=[ivx])x{0,3}(?:ix|iv|v?i{0,3}))\s*[-–—)\]]?"
     r"(?:\s*(?:of|/|von|de|sur)\s*\d+)?$|^第\s*\d+\s*页(?:\s*共\s*\d+\s*页)?$|^\d+\s*/\s*\d+$",
     re.IGNORECASE,
 )
@@ -67,11 +71,15 @@ def join_broken_lines(text: str) -> str:
     text = _HYPHEN_BREAK.sub("", text)
     text = _HYPHEN_SPACE.sub("", text)
     text = _CJK_GAP.sub("", text)
-    return re.sub(r"[ \t]*\n[ \t]*", " ", text)
+    return re.sub(r"\s*\n\s*", " ", text)
 
 
-def _furniture_key(text: str) -> str:
-    return re.sub(r"\d+", "#", " ".join(text.lower().split()))
+def _furniture_key(el: Element) -> str:
+    """What must recur for an element to be furniture: its text with numbers masked, except
+    for headings, which must recur word for word ("Chapter 1" on page 1 and "Chapter 2" on
+    page 2 are chapters; "ACME - page 3" and "ACME - page 4" are a running header)."""
+    text = " ".join(el.text.lower().split())
+    return text if el.kind == "title" else re.sub(r"\d+", "#", text)
 
 
 def is_page_number(text: str) -> bool:
@@ -115,7 +123,7 @@ def remove_furniture(elements: Sequence[Element]) -> list[Element]:
     for i in candidates:
         el = elements[i]
         if el.page is not None and el.kind not in ("table", "code") and len(el.text) <= 200:
-            pages_with[_furniture_key(el.text)].add(el.page)
+            pages_with[_furniture_key(el)].add(el.page)
     threshold = max(2, (len(by_page) + 1) // 2)
     recurring = {key for key, pages in pages_with.items() if len(pages) >= threshold}
     out: list[Element] = []
@@ -123,7 +131,7 @@ def remove_furniture(elements: Sequence[Element]) -> list[Element]:
         if i in candidates and el.kind not in ("table", "code"):
             if el.kind == "page_number" or is_page_number(el.text):
                 continue
-            if _furniture_key(el.text) in recurring:
+            if _furniture_key(el) in recurring:
                 continue
             if el.kind in ("header", "footer"):
                 if el.page is None:
@@ -141,7 +149,7 @@ def demote_sentences(elements: Sequence[Element]) -> list[Element]:
             text = el.text.strip()
             cjk = len(re.findall(f"[{_CJK}]", text))
             words = len(text.split())
-            if _SENTENCE_END.search(text) or words > MAX_TITLE_WORDS or cjk > MAX_TITLE_CJK:
+            if _STATEMENT_END.search(text) or words > MAX_TITLE_WORDS or cjk > MAX_TITLE_CJK:
                 el = replace(el, kind="text", level=None)
         out.append(el)
     return out
@@ -154,7 +162,7 @@ def _continues(prev: Element, nxt: Element) -> str | None:
     a, b = prev.text.rstrip(), nxt.text.lstrip()
     if not a or not b or _SENTENCE_END.search(a):
         return None
-    if re.match(f"[{_CJK}]", a[-1]) and re.match(f"[{_CJK}]", b[0]):
+    if _CJK_OPEN_END.search(a) and re.match(f"[{_CJK}]", b[0]):
         return ""
     if a[-1] == "-" and a[-2:-1].isalpha() and b[0].islower():
         return "-"  # marker: drop the hyphen
@@ -174,7 +182,9 @@ def merge_continuations(elements: Sequence[Element]) -> list[Element]:
         prev = out[-1]
         head = prev.text.rstrip()
         text = head[:-1] + el.text.lstrip() if joiner == "-" else head + joiner + el.text.lstrip()
-        out[-1] = replace(prev, text=text, coordinates=None)
+        end = el.page_end or el.page
+        page_end = end if end is not None and end != prev.page else prev.page_end
+        out[-1] = replace(prev, text=text, coordinates=None, page_end=page_end)
     return out
 
 

@@ -90,7 +90,10 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
     suffix = Path(name).suffix.lower()
     if not head:
         raise EmptyDocumentError("empty file (0 bytes)")
-    if b"%PDF-" in head[:1024]:
+    at = head.find(b"%PDF-", 0, 1024)
+    # Readers accept blank lines or junk before the header (a MacBinary wrapper, say), but
+    # not text: a Markdown file that mentions %PDF- is still Markdown.
+    if at == 0 or (at > 0 and (not head[:at].strip() or not _printable(head[:at]))):
         return PDF
     if head.startswith(b"PK\x03\x04"):
         return ZIP
@@ -116,6 +119,10 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
     if suffix in _MD_SUFFIXES or (suffix not in {".txt", ".text"} and _MD_SIGNS.search(text)):
         return MARKDOWN
     return TEXT
+
+
+def _printable(data: bytes) -> bool:
+    return all(32 <= b < 127 or b in b"\t\r\n" for b in data)
 
 
 def _image(head: bytes) -> str | None:
@@ -183,7 +190,7 @@ def _text_head(head: bytes, *, suffix: str, truncated: bool) -> str:
 
 def _looks_like_mail(text: str) -> bool:
     """An RFC 822 header block: every line before the first blank one is ``Name: value``."""
-    block = text.split("\n\n", 1)[0].replace("\r", "")
+    block = text.replace("\r\n", "\n").split("\n\n", 1)[0]
     lines = [line for line in block.split("\n") if line and not line[0].isspace()]
     if len(lines) < 2 or not all(_HEADER_LINE.match(line) for line in lines):
         return False
@@ -230,6 +237,18 @@ def _zip_kind(path: Path, max_unzipped_bytes: int) -> str:
     )
 
 
+def _is_ole(path: Path) -> bool:
+    """Whether the file is an intact OLE container (whatever it holds)."""
+    import olefile
+
+    try:
+        with olefile.OleFileIO(str(path)) as ole:
+            ole.listdir()
+    except Exception:  # olefile raises plain errors on damaged containers
+        return False
+    return True
+
+
 def _ole_kind(path: Path) -> str:
     import msoffcrypto
 
@@ -238,6 +257,11 @@ def _ole_kind(path: Path) -> str:
             office = msoffcrypto.OfficeFile(fh)
             encrypted = office.is_encrypted()
     except Exception as exc:  # msoffcrypto raises its own and plain errors on junk
+        if _is_ole(path):
+            raise UnsupportedFormatError(
+                "an OLE container that is not an Office document (an Outlook .msg, Visio or "
+                "installer file?)"
+            ) from exc
         raise CorruptDocumentError(f"a damaged OLE container: {type(exc).__name__}: {exc}") from exc
     if encrypted:
         raise EncryptedDocumentError("a password-protected Office file; remove the password")

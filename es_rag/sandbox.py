@@ -103,29 +103,43 @@ class Sandbox:
         later children inherit its imports, e.g. the parsers for one file type.
         """
         lim = limits or self.limits
+        request = pickle.dumps(
+            {"target": target, "args": args, "warm": warm, "limits": lim},
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
         with self._lock:
-            self._ensure_server()
-            assert self._to is not None and self._from is not None
-            request = {"target": target, "args": args, "warm": warm, "limits": lim}
-            try:
-                _write(self._to, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
-                raw = _read(self._from, timeout=lim.wall_seconds + 30.0)
-            except BaseException:
-                # Interrupted (a Celery soft time limit, Ctrl-C) or the server is stuck or
-                # gone: kill it, with its child, rather than reason about its state.
-                self._kill()
-                raise
+            raw = self._exchange(request, lim)
             if raw is None:
-                code = self._proc.poll() if self._proc else None
-                self._kill()
-                raise CorruptDocumentError(
-                    f"the parse server died while parsing (exit status {code}); see its stderr"
-                )
+                # The server was gone (killed while idle, say) before it answered: the
+                # request gets one more go on a fresh server; the child does the parsing,
+                # so a document cannot kill the server itself.
+                log.warning("the parse server died; restarting it and retrying once")
+                raw = self._exchange(request, lim)
+            if raw is None:
+                raise CorruptDocumentError("the parse server died twice while parsing this file")
         status, value, stats = pickle.loads(raw)
         self.last = stats
         if status == "ok":
             return value
         raise value
+
+    def _exchange(self, request: bytes, lim: Limits) -> bytes | None:
+        """Send one request and read the answer; None if the server died meanwhile."""
+        self._ensure_server()
+        assert self._to is not None and self._from is not None
+        try:
+            _write(self._to, request)
+            raw = _read(self._from, timeout=lim.wall_seconds + 30.0)
+        except BrokenPipeError:
+            raw = None
+        except BaseException:
+            # Interrupted (a Celery soft time limit, Ctrl-C) or the server is stuck: kill
+            # it, with its child, rather than reason about its state.
+            self._kill()
+            raise
+        if raw is None:
+            self._kill()
+        return raw
 
     def close(self) -> None:
         with self._lock:

@@ -63,6 +63,7 @@ class Element:
     html: str | None = None  # a table's structure (rows and header), as Unstructured gives it
     # Corner points as fractions of the page's width and height, (0, 0) top left.
     coordinates: tuple[tuple[float, float], ...] | None = None
+    page_end: int | None = None  # the last page, for text that runs over a page break
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +78,7 @@ class Element:
             page=data.get("page"),
             html=data.get("html"),
             coordinates=tuple(tuple(p) for p in coords) if coords else None,
+            page_end=data.get("page_end"),
         )
 
 
