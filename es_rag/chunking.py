@@ -85,19 +85,25 @@ def _sections(elements: Sequence[Element], title: str) -> list[_Section]:
     stack: list[tuple[int, str]] = []
     current = _Section(path=(title,), elements=[])
     for i, el in enumerate(elements):
+        heading = " ".join(el.text.split())
+        if (
+            el.kind == "title"
+            and not sections
+            and not current.elements
+            and not stack
+            and heading.casefold() == title.casefold()
+        ):
+            # A heading repeating the document title opens the document (it is the first
+            # part of every title path already), whether or not text follows it directly.
+            continue
         if el.kind != "title" or i not in real:
             current.elements.append(el if el.kind != "title" else _as_text(el))
             continue
-        heading = " ".join(el.text.split())
         level = el.level or 1
         if current.elements:
             sections.append(current)
         while stack and stack[-1][0] >= level:
             stack.pop()
-        if not stack and heading.casefold() == title.casefold():
-            # "# Title" repeating the document title opens the document, not a section.
-            current = _Section(path=(title,), elements=[])
-            continue
         stack.append((level, heading))
         current = _Section(path=(title, *(h for _, h in stack)), elements=[])
     if current.elements:
@@ -131,7 +137,12 @@ def _sentences(text: str) -> list[str]:
 def _split_long(sentence: str, limit: int, count: Counter) -> list[str]:
     """A sentence longer than a child, cut between words (or CJK characters); the pieces
     are slices of the sentence, so its text (spacing included) is unchanged."""
-    spans = [m.span() for m in _WORD.finditer(sentence)]
+    spans: list[tuple[int, int]] = []
+    for m in _WORD.finditer(sentence):
+        if spans and not any(ch.isalnum() for ch in m.group()):
+            spans[-1] = (spans[-1][0], m.end())  # punctuation stays with the word before it
+        else:
+            spans.append(m.span())
     pieces: list[str] = []
     step = max(1, int(limit * 0.7))  # ~1.3 tokens a word; checked and halved below
     start = 0
@@ -261,9 +272,10 @@ def _units(elements: Sequence[Element], limit: int, cap: int, count: Counter) ->
             continue
         if el.kind == "list_item" and not _LIST_ITEM.match(text):
             text = "- " + text
-        elif el.kind == "notes":
-            text = "Notes: " + text
-        for sentence in _sentences(text):
+        sentences = _sentences(text)
+        if el.kind == "notes" and sentences:
+            sentences[0] = "Notes: " + sentences[0]  # the label travels with the notes
+        for sentence in sentences:
             n = count(sentence)
             pieces = [sentence] if n <= limit else _split_long(sentence, limit, count)
             for piece in pieces:

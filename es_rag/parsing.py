@@ -51,6 +51,7 @@ SANDBOX_ENV = {
     "UNSTRUCTURED_DISABLE_NOTICE": "1",
 }
 _OCR_DEFAULT = ("eng", "chi_sim", "chi_tra")
+MAX_IMAGE_PIXELS = 89_478_485  # Pillow's default (~ a 9,500 x 9,500 image)
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 _GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.EMAIL, *detect.IMAGES})
 _JUNK_TITLE = re.compile(
@@ -155,6 +156,11 @@ class Parser:
             raise InputError("a broken or looping symbolic link")
         if path.is_dir():
             raise InputError("a directory, not a file")
+        if not path.exists():
+            raise InputError("no such file or directory")
+        if not path.is_file():
+            # Opening a named pipe would block until someone writes to it.
+            raise InputError("not a regular file (a device, socket or pipe)")
         try:
             size = path.stat().st_size
             with path.open("rb") as fh:
@@ -410,7 +416,8 @@ def _csv(path: str, options: ParseOptions) -> ParsedFile:
 
     mime = detect.TSV if path.lower().endswith((".tsv", ".tab")) else detect.CSV
     kwargs: dict[str, Any] = {"delimiter": "\t"} if mime == detect.TSV else {}
-    raw = partition_csv(filename=path, encoding="utf-8", infer_table_structure=True, **kwargs)
+    _, encoding = _decoded(path)
+    raw = partition_csv(filename=path, encoding=encoding, infer_table_structure=True, **kwargs)
     return ParsedFile(mime=mime, elements=_elements(raw))
 
 
@@ -446,40 +453,52 @@ def _html_depth(data: bytes) -> int:
     return deepest
 
 
-def _html(path: str, options: ParseOptions) -> ParsedFile:
-    from unstructured.partition.html import partition_html
-
-    depth = _html_depth(Path(path).read_bytes())
+def _check_depth(html: bytes) -> None:
+    depth = _html_depth(html)
     if depth > MAX_HTML_DEPTH:
         # The parser would silently drop everything below its depth limit.
         raise ParseLimitError(
-            f"the HTML nests {depth:,} elements deep; the parser reads {MAX_HTML_DEPTH}",
+            f"the document nests {depth:,} elements deep; the parser reads {MAX_HTML_DEPTH}",
             limit="depth",
         )
+
+
+def _html(path: str, options: ParseOptions) -> ParsedFile:
+    from unstructured.partition.html import partition_html
+
+    _check_depth(Path(path).read_bytes())
     raw = partition_html(filename=path, skip_headers_and_footers=True)
     return ParsedFile(mime=detect.HTML, elements=_elements(raw), title=_html_title(path))
 
 
 def _markdown(path: str, options: ParseOptions) -> ParsedFile:
+    import markdown
     from unstructured.partition.md import partition_md
 
-    _check_utf8(path)
-    return ParsedFile(mime=detect.MARKDOWN, elements=_elements(partition_md(filename=path)))
+    text, _ = _decoded(path)
+    # Markdown nests too (block quotes, lists), and becomes HTML before it is parsed.
+    _check_depth(markdown.markdown(text, extensions=["tables", "fenced_code"]).encode())
+    return ParsedFile(mime=detect.MARKDOWN, elements=_elements(partition_md(text=text)))
 
 
 def _text(path: str, options: ParseOptions) -> ParsedFile:
     from unstructured.partition.text import partition_text
 
-    _check_utf8(path)
-    raw = partition_text(filename=path, encoding="utf-8")
+    text, _ = _decoded(path)
+    raw = partition_text(text=text)
     return ParsedFile(mime=detect.TEXT, elements=_elements(raw))
 
 
-def _check_utf8(path: str) -> None:
-    """The whole file, not just the sniffed head, must be UTF-8 (we never guess encodings)."""
+def _decoded(path: str) -> tuple[str, str]:
+    """The whole file as text, and its encoding: UTF-8, or UTF-16 with a byte-order mark.
+
+    The sniff saw only the head; a bad byte further on is the same error. Other encodings
+    are refused rather than guessed (a wrong guess indexes mojibake).
+    """
     data = Path(path).read_bytes()
+    encoding = "utf-16" if data.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
     try:
-        data.decode("utf-16" if data.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig")
+        return data.decode(encoding), encoding
     except UnicodeDecodeError as exc:
         raise UnsupportedFormatError(
             f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
@@ -575,7 +594,12 @@ def _pdf_has_text(pdf: Any) -> bool:
 
 
 def _pdf_pages(path: str, dpi: int) -> Any:
-    """(page number, PIL image) for each page, rendered with pdfium."""
+    """(page number, PIL image) for each page, rendered with pdfium.
+
+    A scanned page is rendered at the resolution it was scanned at (its largest image's):
+    Tesseract reads an upscaled scan worse, not better (verified: a 200-dpi Chinese scan
+    rendered at 300 dpi loses whole lines). Pages without an image use ``dpi``.
+    """
     import pypdfium2
 
     pdf = pypdfium2.PdfDocument(path)
@@ -583,11 +607,29 @@ def _pdf_pages(path: str, dpi: int) -> Any:
         for index in range(len(pdf)):
             page = pdf[index]
             try:
-                yield index + 1, page.render(scale=dpi / 72).to_pil()
+                native = _scan_dpi(page)
+                scale = (native or dpi) / 72
+                yield index + 1, page.render(scale=scale).to_pil()
             finally:
                 page.close()
     finally:
         pdf.close()
+
+
+def _scan_dpi(page: Any) -> float | None:
+    """The resolution of the page's largest image, within 150-600 dpi; None without one."""
+    import pypdfium2.raw as pdfium_c
+
+    best: tuple[int, float] | None = None
+    for obj in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=2):
+        try:
+            width_px, _ = obj.get_px_size()
+            left, _, right, _ = obj.get_bounds()
+        except Exception:  # an image pdfium cannot measure: fall back to the default
+            continue
+        if right - left > 1 and (best is None or width_px > best[0]):
+            best = (width_px, width_px / ((right - left) / 72))
+    return None if best is None else min(600.0, max(150.0, best[1]))
 
 
 def _image(path: str, options: ParseOptions) -> ParsedFile:
@@ -597,6 +639,10 @@ def _image(path: str, options: ParseOptions) -> ParsedFile:
         raise EmptyDocumentError(
             "an image: its text needs OCR, which is off (ES_RAG_OCR=true)", needs_ocr=True
         )
+    # Unstructured's PDF module raises Pillow's pixel limit when it is imported (for its
+    # page renders); a parse server that has seen a PDF would pass that on. Images get
+    # Pillow's own default back: past twice this many pixels, a decompression bomb.
+    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
     try:
         image = Image.open(path)
         image.load()

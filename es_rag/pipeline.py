@@ -576,7 +576,11 @@ def expand_paths(paths: Iterable[str | Path]) -> Iterator[tuple[Path, str | None
         if path.is_dir() and not path.is_symlink():
             for folder, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for name in sorted(names):
+                # os.walk lists links to folders among the folders (and does not enter
+                # them): report them like files, so that nothing is dropped silently.
+                links = [d for d in dirs if (Path(folder) / d).is_symlink()]
+                dirs[:] = [d for d in dirs if d not in links]
+                for name in sorted([*names, *links]):
                     if not name.startswith("."):
                         child = Path(folder) / name
                         yield child, _problem(child)

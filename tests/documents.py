@@ -64,8 +64,11 @@ def docx_handbook(path: Path) -> Path:
 
 # --- PPTX -----------------------------------------------------------------------------------
 PPTX_SLIDES = [
-    ("Quarterly review", ["Revenue grew 12% in the third quarter", "Costs fell by 3%"],
-     "Mention the new region in Brazil."),
+    (
+        "Quarterly review",
+        ["Revenue grew 12% in the third quarter", "Costs fell by 3%"],
+        "Mention the new region in Brazil.",
+    ),
     ("Outlook", ["Hiring in Q4", "Two new offices"], "Keep this slide short."),
     ("季度总结", ["收入增长了百分之十二", "成本下降了百分之三"], "强调巴西的新市场。"),
 ]
@@ -115,19 +118,28 @@ def csv_file(path: Path) -> Path:
 # --- PDF with a text layer ------------------------------------------------------------------
 PDF_HEADER = "ACME Corporation - Internal Handbook"
 PDF_PAGES = [
-    ("Shipping policy", [
-        "Orders placed before noon are shipped on the same day from the central ware-",
-        "house in Lyon. Customers can follow every parcel with the tracking number that",
-        "is sent by e-mail once the parcel leaves the building.",
-    ]),
-    ("Returns", [
-        "Goods can be returned within thirty days. The return label is printed from the",
-        "customer account, and the refund follows the inspection of the returned goods.",
-    ]),
-    ("退货政策", [
-        "顾客可以在三十天内退回商品，退货标签可以在客户账户中打印。退款将在仓库检查",
-        "退回的商品之后发放，通常需要五个工作日。",
-    ]),
+    (
+        "Shipping policy",
+        [
+            "Orders placed before noon are shipped on the same day from the central ware-",
+            "house in Lyon. Customers can follow every parcel with the tracking number that",
+            "is sent by e-mail once the parcel leaves the building.",
+        ],
+    ),
+    (
+        "Returns",
+        [
+            "Goods can be returned within thirty days. The return label is printed from the",
+            "customer account, and the refund follows the inspection of the returned goods.",
+        ],
+    ),
+    (
+        "退货政策",
+        [
+            "顾客可以在三十天内退回商品，退货标签可以在客户账户中打印。退款将在仓库检查",
+            "退回的商品之后发放，通常需要五个工作日。",
+        ],
+    ),
 ]
 
 
@@ -162,9 +174,18 @@ def pdf_text(path: Path, *, title: str = "Operations Manual") -> Path:
 
 
 # --- scans (no text layer) ------------------------------------------------------------------
-SCAN_EN = ["Scanned refund policy", "", "Refunds are processed within five business days.",
-           "Contact support when the refund has not arrived."]
-SCAN_ZH = ["退款政策", "", "退款申请将在五个工作日内处理完毕。", "如果超过十个工作日仍未收到退款，请联系客服。"]
+SCAN_EN = [
+    "Scanned refund policy",
+    "",
+    "Refunds are processed within five business days.",
+    "Contact support when the refund has not arrived.",
+]
+SCAN_ZH = [
+    "退款政策",
+    "",
+    "退款申请将在五个工作日内处理完毕。",
+    "如果超过十个工作日仍未收到退款，请联系客服。",
+]
 
 
 def cjk_font() -> Path | None:
@@ -261,8 +282,9 @@ def eml_message(path: Path) -> Path:
     msg["From"] = "Alice Martin <alice@example.com>"
     msg["To"] = "bob@example.com"
     msg["Subject"] = "Refund window extended"
-    msg["Date"] = email.utils.format_datetime(email.utils.parsedate_to_datetime(
-        "Mon, 05 Jan 2026 10:00:00 +0000"))
+    msg["Date"] = email.utils.format_datetime(
+        email.utils.parsedate_to_datetime("Mon, 05 Jan 2026 10:00:00 +0000")
+    )
     msg.set_content(
         "Hi Bob,\n\nFrom February the refund window is 45 days instead of 30.\n"
         "Please update the help center.\n\nAlice\n"
@@ -300,8 +322,10 @@ def zip_bomb_docx(path: Path, plain: Path, *, inflated_mb: int) -> Path:
                 continue
             out.writestr(info, data)
         with out.open("word/document.xml", "w", force_zip64=True) as member:
-            member.write(b'<?xml version="1.0"?><w:document xmlns:w="http://schemas.'
-                         b'openxmlformats.org/wordprocessingml/2006/main"><w:body>')
+            member.write(
+                b'<?xml version="1.0"?><w:document xmlns:w="http://schemas.'
+                b'openxmlformats.org/wordprocessingml/2006/main"><w:body>'
+            )
             block = b" " * (1 << 20)
             for _ in range(inflated_mb):
                 member.write(block)
@@ -320,8 +344,7 @@ def heavy_pdf(path: Path, *, operators: int) -> Path:
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream
-        + b"\nendstream",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     out = bytearray(b"%PDF-1.4\n")
@@ -355,5 +378,69 @@ def huge_range_xlsx(path: Path) -> Path:
 def nested_html(path: Path, *, depth: int) -> Path:
     path.write_text(
         "<html><body>" + "<div>" * depth + "deep text" + "</div>" * depth + "</body></html>"
+    )
+    return path
+
+
+def png_bomb(path: Path, *, width: int, height: int) -> Path:
+    """A valid all-white 1-bit PNG of ``width`` x ``height`` pixels, written row by row:
+    tens of kilobytes on disk that a decoder inflates to one byte per pixel."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack("!I", len(data)) + kind + data + struct.pack("!I", crc)
+
+    row = b"\x00" + b"\xff" * ((width + 7) // 8)  # filter byte "none", then white pixels
+    deflate = zlib.compressobj(9)
+    idat = bytearray()
+    for _ in range(height):
+        idat += deflate.compress(row)
+    idat += deflate.flush()
+    header = struct.pack("!IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1 bit, grayscale
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", bytes(idat))
+        + chunk(b"IEND", b"")
+    )
+    return path
+
+
+def _replace_document_xml(path: Path, plain: Path, body: bytes) -> Path:
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in src.infolist():
+            data = body if info.filename == "word/document.xml" else src.read(info.filename)
+            out.writestr(info, data)
+    return path
+
+
+def damaged_docx(path: Path, plain: Path) -> Path:
+    """``plain`` (a DOCX) with garbage in place of word/document.xml: a valid zip, a
+    broken document."""
+    return _replace_document_xml(path, plain, b"\x00\x01 garbage <w:body <<< not xml")
+
+
+def entity_bomb_docx(path: Path, plain: Path, *, levels: int = 9) -> Path:
+    """``plain`` (a DOCX) whose document.xml is a "billion laughs": ten entities of ten
+    entities... ``levels`` deep, 3 * 10**levels characters once expanded, from ~1 KB."""
+    entities = b'<!ENTITY lol0 "lol">' + b"".join(
+        b'<!ENTITY lol%d "%s">' % (i, (b"&lol%d;" % (i - 1)) * 10) for i in range(1, levels + 1)
+    )
+    body = (
+        b'<?xml version="1.0"?><!DOCTYPE lolz [' + entities + b"]>"
+        b'<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+        b"<w:body><w:p><w:r><w:t>&lol%d;</w:t></w:r></w:p></w:body></w:document>" % levels
+    )
+    return _replace_document_xml(path, plain, body)
+
+
+def deep_markdown(path: Path, *, depth: int) -> Path:
+    """Markdown with text before, inside and after a blockquote nested ``depth`` deep."""
+    path.write_text(
+        "# Notes\n\nThe introduction is shallow.\n\n"
+        + ">" * depth
+        + " The deep quotation.\n\nThe conclusion is shallow again.\n"
     )
     return path
