@@ -15,6 +15,7 @@ CSV/TSV, HTML (``<header>``/``<footer>``/``<nav>`` left out), Markdown, plain te
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -152,15 +153,9 @@ class Parser:
 
     def sniff(self, path: Path) -> str:
         """The type from the first bytes, after the size checks (in this process)."""
-        if path.is_symlink() and not path.exists():
-            raise InputError("a broken or looping symbolic link")
-        if path.is_dir():
-            raise InputError("a directory, not a file")
-        if not path.exists():
-            raise InputError("no such file or directory")
-        if not path.is_file():
-            # Opening a named pipe would block until someone writes to it.
-            raise InputError("not a regular file (a device, socket or pipe)")
+        problem = file_problem(path)
+        if problem:
+            raise InputError(problem)
         try:
             size = path.stat().st_size
             with path.open("rb") as fh:
@@ -183,6 +178,29 @@ class Parser:
 
     def close(self) -> None:
         self.sandbox.close()
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a regular file to parse, or None.
+
+    Checked before it is opened: opening a named pipe would block until someone writes.
+    """
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a loop this way
+            return "a symbolic link loop"
+        except OSError as exc:
+            return "a symbolic link loop" if exc.errno == errno.ELOOP else "a broken symbolic link"
+        if path.is_dir():
+            return "a link to a folder (not followed); give the folder itself"
+    if path.is_dir():
+        return "a directory, not a file"
+    if not path.exists():
+        return "no such file or directory"
+    if not path.is_file():
+        return "not a regular file (a device, socket or pipe)"
+    return None
 
 
 def _family(mime: str) -> str:

@@ -34,7 +34,7 @@ from es_rag.errors import (
     IndexBlockedError,
     InputError,
 )
-from es_rag.parsing import Parser, parser_version
+from es_rag.parsing import Parser, file_problem, parser_version
 from es_rag.parts import Parts
 from es_rag.types import AccessControl, Chunk, Document, IngestResult, IngestStatus
 
@@ -583,26 +583,9 @@ def expand_paths(paths: Iterable[str | Path]) -> Iterator[tuple[Path, str | None
                 for name in sorted([*names, *links]):
                     if not name.startswith("."):
                         child = Path(folder) / name
-                        yield child, _problem(child)
+                        yield child, file_problem(child)
         else:
-            yield path, _problem(path)
-
-
-def _problem(path: Path) -> str | None:
-    if path.is_symlink():
-        try:
-            path.resolve(strict=True)
-        except RuntimeError:
-            return "a symbolic link loop"
-        except OSError:
-            return "a broken symbolic link"
-    if path.is_dir():
-        return "a link to a folder (not followed); give the folder itself"
-    if not path.exists():
-        return "no such file or directory"
-    if not path.is_file():
-        return "not a regular file (a device, socket or pipe)"
-    return None
+            yield path, file_problem(path)
 
 
 def load_document(
@@ -618,9 +601,6 @@ def load_document(
     Raises an ``InputError`` subclass naming the file and the reason (unsupported type,
     encrypted, corrupt, empty or needing OCR, too large, a parse limit hit).
     """
-    problem = _problem(path)
-    if problem:
-        raise InputError(problem)
     parsed = parser.parse(path)
     stat = path.stat()
     return Document(
