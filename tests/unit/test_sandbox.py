@@ -99,11 +99,13 @@ def test_stats_of_the_last_call(shared: Sandbox) -> None:
     stats = shared.last
     assert isinstance(stats, CallStats)
     assert stats.peak_rss_mb >= 64
+    assert stats.peak_vm_growth_mb >= 64  # what the memory limit counts
     assert stats.server_rss_mb > 0
     assert 0 < stats.wall_s < 3 and stats.cpu_s >= 0
     shared.call(T + "sleep", 0.2)
     assert shared.last.wall_s >= 0.2
     assert shared.last.peak_rss_mb < stats.peak_rss_mb  # a fresh child, not the last one
+    assert shared.last.peak_vm_growth_mb < 64
 
 
 def test_memory_limit(shared: Sandbox) -> None:
