@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from es_rag.types import Chunk, Element
 
 CHUNKER_VERSION = "structure-1"
+# The parser_version of documents given as text (``text_elements``), not as files.
+TEXT_PARSER_VERSION = "es-rag-text-1"
 
 Counter = Callable[[str], int]
 

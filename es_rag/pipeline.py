@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from es_rag.analysis import TextAnalyzer, detect_language
-from es_rag.chunking import CHUNKER_VERSION, Counter, chunk_elements, text_elements
+from es_rag.chunking import (
+    CHUNKER_VERSION,
+    TEXT_PARSER_VERSION,
+    Counter,
+    chunk_elements,
+    text_elements,
+)
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.index import ChunkIndex, bulk_error
@@ -325,7 +331,7 @@ class Ingestor(Parts):
                 s.context_header_prefix,
             ],
             "analyzer": self.analyzer.version,
-            "parser": parser_version() if doc.elements else None,
+            "parser": _parser_of(doc),
         }
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32] + acl_hash(doc.acl)
@@ -367,7 +373,7 @@ class Ingestor(Parts):
                 "language": detect_language(chunk.content, default=default_lang),
                 "content_hash": hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()[:32],
                 "doc_hash": doc_hash,
-                "parser_version": parser_version(),
+                "parser_version": _parser_of(doc),
                 "chunker_version": CHUNKER_VERSION,
                 "embedding_model": self.embedder.model,
                 "embedding_version": self.embedder.embedding_version,
@@ -542,6 +548,11 @@ class _Plan:
         )
 
 
+def _parser_of(doc: Document) -> str:
+    """Unstructured (a parsed file) or es-rag's own reader of Markdown-flavoured text."""
+    return parser_version() if doc.elements else TEXT_PARSER_VERSION
+
+
 def acl_hash(acl: AccessControl) -> str:
     blob = json.dumps(acl.as_fields(), sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
@@ -567,13 +578,13 @@ def _ms(t0: float) -> float:
 def expand_paths(paths: Iterable[str | Path]) -> Iterator[tuple[Path, str | None]]:
     """Files to ingest, with a reason for those that cannot be (reported, not dropped).
 
-    Folders are walked without following symbolic links to folders (a link loop cannot
-    trap the walk); dotfiles and dot-folders are skipped. Which files are documents is
+    Inside a folder, links to folders are reported, not followed (a link loop cannot trap
+    the walk); dotfiles and dot-folders are skipped. Which files are documents is
     decided by their content when they are parsed, not by their names.
     """
     for raw in paths:
         path = Path(raw)
-        if path.is_dir() and not path.is_symlink():
+        if path.is_dir():  # a folder named on the command line is walked, link or not
             for folder, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 # os.walk lists links to folders among the folders (and does not enter

@@ -58,6 +58,38 @@ def test_payload_is_typed_and_round_trips_as_json() -> None:
         jobs.IngestPayload(path="/a.md", tenant="acme").acl()  # neither public nor allowed
 
 
+def test_a_parsed_document_crosses_the_split_queue_whole() -> None:
+    """Parse queue → embed queue travels as JSON: every field and every element comes back,
+    so the embed worker chunks exactly what the parse worker read."""
+    import json
+
+    from es_rag.types import Document, Element
+
+    elements = (
+        Element("title", "Refunds", level=1, page=1, coordinates=((0.1, 0.05), (0.9, 0.08))),
+        Element("text", "Money back in 5 days.", page=1, page_end=2),
+        Element("table", "a b", html="<table><tr><td>a</td><td>b</td></tr></table>"),
+    )
+    doc = Document(
+        doc_id="kb/1",
+        text="Refunds\n\nMoney back in 5 days.",
+        acl=make_acl("acme", allow=["group:g"]),
+        title="Refunds",
+        source_uri="file:///data/r.pdf",
+        mime_type="application/pdf",
+        metadata={"product": "pay"},
+        doc_version="3",
+        updated_at="2026-01-01T00:00:00+00:00",
+        elements=elements,
+    )
+    acl = jobs.AclPayload(tenant="acme", allow=["group:g"])
+    payload = jobs.DocumentPayload.of(doc, acl, parse_ms=12.5)
+    wire = json.loads(json.dumps(payload.model_dump()))  # what Celery's JSON carries
+    again = jobs.DocumentPayload.model_validate(wire).document()
+    assert again == doc
+    assert again.elements == elements
+
+
 @pytest.mark.parametrize(
     ("version", "fenced"), [("7", 7), ("0", 0), ("v7", None), (None, None), ("2024-01-01", None)]
 )
