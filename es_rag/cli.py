@@ -386,7 +386,12 @@ def status(
     _run(st.refresh)
     counts = _run(st.counts)
     failed = [
-        {"doc_id": r["doc_id"], "error": r.get("error"), "attempts": r.get("attempts")}
+        {
+            "doc_id": r["doc_id"],
+            "error_type": r.get("error_type"),
+            "error": r.get("error"),
+            "attempts": r.get("attempts"),
+        }
         for r in _run(lambda: st.rows(status="failed"))[:limit]
     ]
     queues = settings.queues

@@ -177,16 +177,21 @@ def test_a_folder_through_the_queue_with_a_poison_document(
         "d-leave.md": "indexed",
         "e-report.pdf": "failed",
     }
-    assert "binary content" in results["b-poison.txt"]["error"]
-    assert "unsupported format" in results["e-report.pdf"]["error"]
-    assert worker.alive()  # the poison document did not hurt the worker
+    assert "binary data" in results["b-poison.txt"]["error"]
+    # Judged by its bytes in the worker: a .pdf that is not a PDF is a damaged one.
+    assert "damaged PDF" in results["e-report.pdf"]["error"]
+    assert worker.alive()  # the poison documents did not hurt the worker
 
     status = json.loads(cli(env, "status", "--json").stdout)
     assert status["queue_depth"] == 0
-    assert status["counts"] == {"indexed": 3, "failed": 1}  # the .pdf never reached the queue
-    (failed,) = status["failed"]
-    assert failed["doc_id"].endswith("b-poison.txt") and failed["attempts"] == 1
-    assert "UnsupportedFormat" not in failed["error"] and "binary" in failed["error"]
+    assert status["counts"] == {"indexed": 3, "failed": 2}
+    failed = {Path(f["doc_id"]).name: f for f in status["failed"]}
+    assert set(failed) == {"b-poison.txt", "e-report.pdf"}
+    assert all(f["attempts"] == 1 for f in failed.values())  # permanent: not retried
+    assert failed["b-poison.txt"]["error_type"] == "UnsupportedFormatError"
+    assert failed["e-report.pdf"]["error_type"] == "CorruptDocumentError"
+    assert "UnsupportedFormat" not in failed["b-poison.txt"]["error"]
+    assert "binary" in failed["b-poison.txt"]["error"]
 
     row = Ingestor(settings_of(env)).status.get(str(folder / "a-refunds.md"))
     assert row and row["worker"] and row["timings_ms"]["embed"] > 0 and row["chunks"] >= 1
@@ -202,8 +207,11 @@ def test_a_folder_through_the_queue_with_a_poison_document(
     # A fixed poison document is requeued with its stored payload and now ingests.
     (folder / "b-poison.txt").write_text("The poison document was fixed.\n")
     requeued = json.loads(cli(env, "requeue", "--failed").stdout)["requeued"]
-    assert requeued == [str(folder / "b-poison.txt")]
-    assert wait_status(env, requeued[0], {"indexed", "failed"})["status"] == "indexed"
+    assert sorted(requeued) == [str(folder / "b-poison.txt"), str(folder / "e-report.pdf")]
+    fixed = wait_status(env, str(folder / "b-poison.txt"), {"indexed", "failed"})
+    assert fixed["status"] == "indexed"
+    still = wait_status(env, str(folder / "e-report.pdf"), {"indexed", "failed"})
+    assert still["status"] == "failed" and "damaged PDF" in still["error"]
 
 
 def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
