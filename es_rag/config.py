@@ -143,7 +143,11 @@ class Settings(BaseSettings):
         description="Tesseract languages joined by '+', e.g. eng+chi_sim; empty: whichever of "
         "eng, chi_sim, chi_tra are installed",
     )
-    ocr_dpi: int = Field(default=300, description="resolution scanned pages are rendered at")
+    ocr_dpi: int = Field(
+        default=300,
+        description="resolution a PDF page is rendered at for OCR when it holds no scanned image "
+        "(a scan is read at its own resolution, within 150-600 dpi)",
+    )
 
     # --- chunking ------------------------------------------------------------------------
     chunk_size: int = Field(

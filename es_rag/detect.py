@@ -45,23 +45,6 @@ WEBP = "image/webp"
 ZIP = "application/zip"
 OLE = "application/x-ole-storage"
 
-SUPPORTED = (
-    PDF,
-    DOCX,
-    PPTX,
-    XLSX,
-    CSV,
-    TSV,
-    HTML,
-    MARKDOWN,
-    TEXT,
-    EMAIL,
-    PNG,
-    JPEG,
-    TIFF,
-    BMP,
-    WEBP,
-)
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL})
 SUPPORTED_LABEL = (
