@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -604,6 +605,10 @@ def eval_(
     window: Annotated[str | None, typer.Option(help="sweep of rank windows, e.g. 50,100")] = None,
     weights: Annotated[str | None, typer.Option(help="sweep BM25:kNN, e.g. 1:1,2:1")] = None,
     limit_queries: Annotated[int | None, typer.Option(help="first N queries only")] = None,
+    runs: Annotated[
+        Path | None,
+        typer.Option(help="write each strategy's ranking here as a TREC run (<strategy>.run)"),
+    ] = None,
 ) -> None:
     """Measure retrieval quality and latency of strategies side by side on a dataset."""
     from tqdm import tqdm
@@ -650,7 +655,7 @@ def eval_(
             disable=quiet,
             file=sys.stderr,
         ) as bar:
-            results = _run(
+            results, rankings = _run(
                 lambda: er.run(settings, data, variants, k=k, parts=parts, progress=bar.update)
             )
     finally:
@@ -658,6 +663,13 @@ def eval_(
             for name in ingestor.index.concrete_indices():
                 parts.engine.delete_index(name)
     output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    if runs is not None:
+        from es_rag.evaluation import format_trec_run
+
+        runs.mkdir(parents=True, exist_ok=True)
+        for name, ranking in rankings.items():
+            safe = re.sub(r"[^A-Za-z0-9.+=-]+", "_", name).strip("_")
+            (runs / f"{safe}.run").write_text(format_trec_run(ranking, tag=f"es-rag:{name}"))
     meta = {
         "dataset": {
             "path": str(dataset_dir),

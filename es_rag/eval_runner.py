@@ -188,8 +188,9 @@ def run(
     k: int = 10,
     parts: Parts | None = None,
     progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Run every variant on every query; return the results object (see module doc)."""
+) -> tuple[dict[str, Any], dict[str, dict[str, list[str]]]]:
+    """Run every variant on every query: the results object (see module doc) and each
+    variant's run (``{qid: [doc ids best first]}``), for ``--runs`` and outside tools."""
     parts = parts or Parts(settings)
     embedder = _CachedQueries(parts.embedder)
     caller = make_caller(EVAL_TENANT, users=["user:eval"])
@@ -229,7 +230,7 @@ def run(
         results[variant.name] = metrics
         runs[variant.name] = ranked
     _significance(results, runs, dataset, k)
-    return results
+    return results, runs
 
 
 def _significance(

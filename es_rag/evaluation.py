@@ -188,6 +188,33 @@ def _rankings(run: Run, qids: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
         yield qid, dedupe(run.get(qid, ()))
 
 
+def format_trec_run(run: Run, *, tag: str) -> str:
+    """A run in TREC format (``qid Q0 docid rank score tag``), for trec_eval and others.
+
+    Only the order is known, so the score is descending from the list's length.
+    """
+    lines = []
+    for qid in sorted(run):
+        ranked = dedupe(run[qid])
+        for rank, doc_id in enumerate(ranked, start=1):
+            lines.append(f"{qid} Q0 {doc_id} {rank} {len(ranked) - rank + 1} {tag}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def parse_trec_run(text: str) -> dict[str, list[str]]:
+    """``{qid: [doc ids best first]}`` from a TREC run (ranked by score, then by rank)."""
+    rows: dict[str, list[tuple[float, int, str]]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) < 6:
+            raise ValueError(f"line {number}: expected 'qid Q0 docid rank score tag'")
+        qid, _, doc_id, rank, score = parts[:5]
+        rows.setdefault(qid, []).append((-float(score), int(rank), doc_id))
+    return {qid: [d for _, _, d in sorted(items)] for qid, items in rows.items()}
+
+
 def per_query(run: Run, qrels: Qrels, metric: str, k: int = 10) -> dict[str, float]:
     """``{qid: score}`` of one metric, for significance tests between two runs.
 
@@ -223,7 +250,7 @@ def evaluate(
     ``qrels`` maps query id → {doc_id: grade}. Returns::
 
         {"ndcg@10": .., "recall@10": .., "recall@100": .., "hit@10": .., "mrr@10": ..,
-         "map": .., "queries": n, "skipped": m,
+         "map": .., "ndcg@10_exp": .., "queries": n, "skipped": m,
          "by_type": {type: {same metrics.., "queries": n}}}
 
     with the actual ``k`` in the names. ``recall@100`` is always reported because it
@@ -235,7 +262,15 @@ def evaluate(
     """
     if k <= 0:
         raise ValueError("k must be positive")
-    names = [f"ndcg@{k}", f"recall@{k}", "recall@100", f"hit@{k}", f"mrr@{k}", "map"]
+    names = [
+        f"ndcg@{k}",
+        f"recall@{k}",
+        "recall@100",
+        f"hit@{k}",
+        f"mrr@{k}",
+        "map",
+        f"ndcg@{k}_exp",
+    ]
     evaluated, skipped = _judged_queries(run, qrels)
     scores: dict[str, dict[str, float]] = {}
     for qid, ranked in _rankings(run, evaluated):
@@ -247,6 +282,10 @@ def evaluate(
             names[3]: hit_at_k(ranked, rel, k),
             names[4]: mrr_at_k(ranked, rel, k),
             "map": average_precision(ranked, rel),
+            # The exponential gain (2^grade - 1) of Burges et al., which many libraries
+            # and papers use: graded collections score higher with it than with trec_eval's
+            # linear gain, so a comparison must name its gain.
+            names[6]: ndcg_at_k(ranked, rel, k, exponential=True),
         }
     result = _mean_block(list(scores.values()), names)
     result["skipped"] = len(skipped)

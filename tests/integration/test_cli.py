@@ -258,6 +258,8 @@ def test_eval_command_contract(cli_env: dict[str, str], tmp_path: Path, engine: 
         str(out),
         "--rank-constant",
         "10,60",
+        "--runs",
+        str(tmp_path / "runs"),
     )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())
@@ -277,6 +279,15 @@ def test_eval_command_contract(cli_env: dict[str, str], tmp_path: Path, engine: 
         assert set(r["by_type"]) == {"lookup", "concept"}
         assert r["queries"] == 3
     assert results["knn"]["ndcg@3"] > 0.9  # MiniLM finds all three paraphrases
+    assert 0.0 <= results["knn"]["ndcg@3_exp"] <= 1.0
+    # --runs: each strategy's ranking as a TREC run that scores the same as the JSON.
+    from es_rag.evaluation import evaluate, parse_trec_run
+
+    run_files = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert run_files == ["bm25.run", "hybrid_rc=10.run", "hybrid_rc=60.run", "knn.run"]
+    knn_run = parse_trec_run((tmp_path / "runs" / "knn.run").read_text())
+    qrels = {"q1": {"lunch": 2}, "q2": {"vpn": 1}, "q3": {"refund": 1}}
+    assert evaluate(knn_run, qrels, k=3)["ndcg@3"] == pytest.approx(results["knn"]["ndcg@3"])
     assert "vs_" in "".join(results["hybrid[rc=60]"])
     if "error" in results["native-rrf[rc=60]"]:
         assert "native-rrf cannot run" in results["native-rrf[rc=60]"]["error"]

@@ -99,6 +99,7 @@ def test_evaluate_shape_skips_and_types() -> None:
         "hit@5",
         "mrr@5",
         "map",
+        "ndcg@5_exp",
         "queries",
         "skipped",
         "by_type",
@@ -108,6 +109,14 @@ def test_evaluate_shape_skips_and_types() -> None:
     assert got["hit@5"] == pytest.approx(2 / 3)
     assert got["mrr@5"] == pytest.approx((1 + 1 / 2 + 0) / 3)
     assert got["ndcg@5"] == pytest.approx((1 + 1 / math.log2(3) + 0) / 3)
+    # q1 has a single relevant document (grade 2) at rank 1: 1 either way; the gains
+    # differ only when grades mix, as below.
+    assert got["ndcg@5_exp"] == pytest.approx((1 + 1 / math.log2(3) + 0) / 3)
+    mixed = evaluate({"q": ["b", "x", "a"]}, {"q": {"a": 3, "b": 1}}, k=3)
+    linear = (1 + 3 / 2) / (3 + 1 / math.log2(3))
+    exponential = (1 + 7 / 2) / (7 + 1 / math.log2(3))
+    assert mixed["ndcg@3"] == pytest.approx(linear)
+    assert mixed["ndcg@3_exp"] == pytest.approx(exponential)
     assert got["by_type"]["lookup"]["queries"] == 2
     assert got["by_type"]["lookup"]["mrr@5"] == pytest.approx(0.75)
     assert got["by_type"]["multi-hop"] == {
@@ -117,6 +126,7 @@ def test_evaluate_shape_skips_and_types() -> None:
         "hit@5": 0.0,
         "mrr@5": 0.0,
         "map": 0.0,
+        "ndcg@5_exp": 0.0,
         "queries": 1,
     }
     assert evaluate(run, qrels)["by_type"] == {}
@@ -310,3 +320,23 @@ def test_significance_is_deterministic_and_checks_pairing() -> None:
         paired_randomization_test(a, {"other": 0.0})
     with pytest.raises(ValueError):
         bootstrap_ci({}, {})
+
+
+def test_trec_runs_round_trip_and_rank_by_score() -> None:
+    """``es-rag eval --runs`` writes what trec_eval reads: one ``qid Q0 doc rank score tag``
+    line per document, best first, duplicates collapsed."""
+    from es_rag.evaluation import format_trec_run, parse_trec_run
+
+    run = {"q2": ["d3", "d1", "d3"], "q1": ["d9"]}
+    text = format_trec_run(run, tag="es-rag:bm25")
+    assert text.splitlines() == [
+        "q1 Q0 d9 1 1 es-rag:bm25",
+        "q2 Q0 d3 1 2 es-rag:bm25",
+        "q2 Q0 d1 2 1 es-rag:bm25",
+    ]
+    assert parse_trec_run(text) == {"q1": ["d9"], "q2": ["d3", "d1"]}
+    # Another system's file: lines in any order, ranked by score (ties by rank).
+    other = "q1 Q0 b 2 0.5 x\nq1 Q0 a 1 0.9 x\nq1 Q0 c 3 0.5 x\n"
+    assert parse_trec_run(other) == {"q1": ["a", "b", "c"]}
+    with pytest.raises(ValueError, match="line 1"):
+        parse_trec_run("q1 d 1\n")
