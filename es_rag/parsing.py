@@ -20,8 +20,9 @@ import errno
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -647,7 +648,7 @@ def _scan_dpi(page: Any) -> float | None:
     return None if best is None else min(600.0, max(150.0, best[1]))
 
 
-def _image(path: str, options: ParseOptions) -> ParsedFile:
+def _image(path: str, options: ParseOptions, *, mime: str) -> ParsedFile:
     from PIL import Image, ImageSequence, UnidentifiedImageError
 
     if not options.ocr:
@@ -666,7 +667,6 @@ def _image(path: str, options: ParseOptions) -> ParsedFile:
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise CorruptDocumentError(f"a damaged image: {exc}") from None
     frames = ((n, f.convert("RGB")) for n, f in enumerate(ImageSequence.Iterator(image), 1))
-    mime = detect.sniff(Path(path).read_bytes()[:64], name=path)
     return ParsedFile(mime=mime, elements=_ocr(frames, options), ocr=True)
 
 
@@ -719,7 +719,7 @@ def _ocr(pages: Any, options: ParseOptions) -> list[Element]:
     return out
 
 
-_PARTITIONERS = {
+_PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.PDF: _pdf,
     detect.DOCX: _docx,
     detect.PPTX: _pptx,
@@ -730,7 +730,8 @@ _PARTITIONERS = {
     detect.MARKDOWN: _markdown,
     detect.TEXT: _text,
     detect.EMAIL: _email,
-    **{mime: _image for mime in detect.IMAGES},
+    # The type was sniffed already: each image type gets it rather than reading the file again.
+    **{mime: partial(_image, mime=mime) for mime in detect.IMAGES},
 }
 
 # The child inherits the server's environment; make sure a direct call (tests, scripts) is
