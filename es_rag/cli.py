@@ -144,14 +144,23 @@ def ingest(
     from es_rag.acl import make_acl
     from es_rag.pipeline import Ingestor, expand_paths
 
-    acl = _run(lambda: make_acl(tenant, allow=allow or [], deny=deny or [], public=public))
+    settings = _settings()
+    acl = _run(
+        lambda: make_acl(
+            tenant,
+            allow=allow or [],
+            deny=deny or [],
+            public=public,
+            case_sensitive=settings.principal_case_sensitive,
+        )
+    )
     metadata: dict[str, str] = {}
     for item in meta or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             _fail(f"--meta expects KEY=VALUE, got {item!r}")
         metadata[key] = value
-    ingestor = Ingestor(_settings())
+    ingestor = Ingestor(settings)
     if queue:
         _ingest_queued(
             ingestor,
@@ -162,6 +171,7 @@ def ingest(
                 "allow": allow or [],
                 "deny": deny or [],
             },
+            tenant=acl.tenant_id,
             doc_id=doc_id,
             doc_version=doc_version,
             metadata=metadata,
@@ -215,6 +225,7 @@ def _ingest_queued(
     paths: list[Path],
     *,
     acl_fields: dict[str, Any],
+    tenant: str,
     doc_id: str | None,
     doc_version: str | None,
     metadata: dict[str, str],
@@ -227,6 +238,7 @@ def _ingest_queued(
     import time
 
     from es_rag import jobs
+    from es_rag.errors import QueueUnavailableError
     from es_rag.pipeline import expand_paths
     from workers.app import make_app
 
@@ -254,20 +266,19 @@ def _ingest_queued(
             )
             try:
                 jobs.enqueue(ingestor, app, payload, retry=False)
-            except EsRagErrorType:
-                raise  # the status index could not be written: reported by _run
-            except Exception as exc:  # kombu/redis: the broker is down; nothing was queued
+            except QueueUnavailableError as exc:  # the broker is down; nothing was queued
                 ingestor.status.record(
+                    tenant,
                     key,
                     "failed",
                     payload=payload.model_dump(),
                     attempts=0,
-                    error_type="EngineUnavailableError",
-                    error=f"could not enqueue: Redis at {ingestor.settings.redis_url} ({exc})",
+                    error_type=type(exc).__name__,
+                    error=str(exc),
                 )
                 _fail(
-                    f"EngineUnavailableError: cannot enqueue: Redis at "
-                    f"{ingestor.settings.redis_url} is unreachable ({type(exc).__name__}); "
+                    f"QueueUnavailableError: cannot enqueue: Redis at "
+                    f"{ingestor.settings.redis_url} is unreachable; "
                     f"{len(keys)} document(s) were queued before it failed"
                 )
             keys.append(key)
@@ -307,7 +318,7 @@ def _ingest_queued(
             _run(lambda: jobs.expire_stuck(ingestor))
             next_expiry = time.monotonic() + 30.0
         pending = [k for k in keys if k not in done]
-        for row in _run(lambda p=pending: status.rows(doc_ids=p[:1000])):
+        for row in _run(lambda p=pending: status.rows(doc_ids=p[:1000], tenant=tenant)):
             if row["status"] in FINAL and row["doc_id"] not in done:
                 done[row["doc_id"]] = row
                 if bar is not None:
@@ -373,42 +384,90 @@ def worker(
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     limit: Annotated[int, typer.Option(help="failed documents listed")] = 50,
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's documents")] = None,
 ) -> None:
-    """Queue depth and documents per status; failed ones with their error."""
+    """Queue depth, live workers, documents per status; failed and orphaned ones listed.
+
+    A ``running`` row whose worker holds no lease any more is *orphaned*: its worker died,
+    and a live worker hands its task back to the queue within a lease.
+    """
     import redis
 
     from es_rag import jobs
+    from es_rag.acl import normalize_tenant
+    from es_rag.leases import Leases, live_processes
     from es_rag.pipeline import Ingestor
 
     settings = _settings()
     ingestor = Ingestor(settings)
     st = ingestor.status
+    if tenant is not None:
+        tenant = _run(
+            lambda: normalize_tenant(tenant, case_sensitive=settings.principal_case_sensitive)
+        )
     _run(lambda: jobs.expire_stuck(ingestor))
     _run(st.refresh)
-    counts = _run(st.counts)
+    counts = _run(lambda: st.counts(tenant=tenant))
     failed = [
         {
+            "tenant": r.get("tenant_id"),
             "doc_id": r["doc_id"],
             "error_type": r.get("error_type"),
             "error": r.get("error"),
+            "reason": r.get("reason"),
             "attempts": r.get("attempts"),
         }
-        for r in _run(lambda: st.rows(status="failed"))[:limit]
+        for r in _run(lambda: st.rows(status="failed", tenant=tenant))[:limit]
     ]
     queues = settings.queues
     try:
         client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
         depth = sum(int(client.llen(q)) for q in queues)
+        leases = Leases(client, lease_s=settings.worker_lease_seconds)
+        live = leases.live()
+        awaiting = sum(len(leases.held_by(w)) for w in leases.workers() if w not in live)
     except redis.exceptions.RedisError as exc:
-        _fail(f"EngineUnavailableError: Redis at {settings.redis_url} unreachable ({exc})")
+        _fail(f"QueueUnavailableError: Redis at {settings.redis_url} unreachable ({exc})")
+    alive = live_processes(live)
+    orphaned = [
+        {
+            "tenant": r.get("tenant_id"),
+            "doc_id": r["doc_id"],
+            "worker": r.get("worker"),
+            "started_at": r.get("started_at"),
+        }
+        for r in _run(lambda: st.rows(status="running", tenant=tenant))
+        if r.get("worker") not in alive
+    ]
     if as_json:
-        typer.echo(json.dumps({"queue_depth": depth, "counts": counts, "failed": failed}))
+        typer.echo(
+            json.dumps(
+                {
+                    "queue_depth": depth,
+                    "workers": len(live),
+                    "counts": counts,
+                    "failed": failed,
+                    "orphaned": orphaned,
+                    "awaiting_redelivery": awaiting,
+                },
+                ensure_ascii=False,
+            )
+        )
         return
-    typer.echo(f"queue depth: {depth} ({', '.join(queues)})")
+    typer.echo(f"queue depth: {depth} ({', '.join(queues)}); live workers: {len(live)}")
     for name in ("queued", "running", "indexed", "skipped", "failed"):
         typer.echo(f"{name:>8}: {counts.get(name, 0)}")
+    if orphaned or awaiting:
+        typer.echo(
+            f"orphaned: {len(orphaned)} running on a dead worker, {awaiting} message(s) of dead "
+            f"workers; a live worker hands them back within {settings.worker_lease_seconds} s"
+        )
+    for row in orphaned:
+        typer.echo(f"ORPHANED {row['tenant']}/{row['doc_id']} (worker {row['worker']})")
     for row in failed:
-        typer.echo(f"FAILED {row['doc_id']} (attempts {row['attempts']}): {row['error']}")
+        typer.echo(
+            f"FAILED {row['tenant']}/{row['doc_id']} (attempts {row['attempts']}): {row['error']}"
+        )
 
 
 @app.command()
@@ -417,9 +476,11 @@ def requeue(
     since: Annotated[
         str | None, typer.Option(help="only those failed since (date or date math: now-1h)")
     ] = None,
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's documents")] = None,
 ) -> None:
     """Send failed documents back to the queue with their original payload."""
     from es_rag import jobs
+    from es_rag.acl import normalize_tenant
     from es_rag.pipeline import Ingestor
     from workers.app import make_app
 
@@ -428,8 +489,12 @@ def requeue(
     settings = _settings()
     ingestor = Ingestor(settings)
     celery_app = make_app(settings)
+    if tenant is not None:
+        tenant = _run(
+            lambda: normalize_tenant(tenant, case_sensitive=settings.principal_case_sensitive)
+        )
     _run(ingestor.status.refresh)
-    rows = _run(lambda: ingestor.status.rows(status="failed", since=since))
+    rows = _run(lambda: ingestor.status.rows(status="failed", since=since, tenant=tenant))
     sent = []
     for row in rows:
         if not row.get("payload"):
@@ -437,7 +502,7 @@ def requeue(
         payload = jobs.IngestPayload.model_validate(row["payload"])
         _run(lambda p=payload: jobs.enqueue(ingestor, celery_app, p))
         sent.append(payload.key)
-    typer.echo(json.dumps({"requeued": sent}))
+    typer.echo(json.dumps({"requeued": sent}, ensure_ascii=False))
 
 
 CallerAs = Annotated[
@@ -485,10 +550,17 @@ def search(
     from es_rag.acl import make_caller
     from es_rag.query.search import Searcher
 
+    settings = _settings()
     caller = _run(
-        lambda: make_caller(tenant, users=as_ or [], groups=group or [], roles=role or [])
+        lambda: make_caller(
+            tenant,
+            users=as_ or [],
+            groups=group or [],
+            roles=role or [],
+            case_sensitive=settings.principal_case_sensitive,
+        )
     )
-    searcher = Searcher(_settings())
+    searcher = Searcher(settings)
     response = _run(
         lambda: searcher.search(
             query, caller=caller, k=k, strategy=strategy, filters=filter_ or [], rerank=rerank
@@ -562,10 +634,17 @@ def context(
 
     if expand not in (None, "parent", "neighbours", "none"):
         _fail(f"--expand must be parent, neighbours or none, not {expand!r}")
+    settings = _settings()
     caller = _run(
-        lambda: make_caller(tenant, users=as_ or [], groups=group or [], roles=role or [])
+        lambda: make_caller(
+            tenant,
+            users=as_ or [],
+            groups=group or [],
+            roles=role or [],
+            case_sensitive=settings.principal_case_sensitive,
+        )
     )
-    builder = ContextBuilder(Searcher(_settings()))
+    builder = ContextBuilder(Searcher(settings))
     result = _run(
         lambda: builder.build(
             question,
@@ -597,9 +676,15 @@ def eval_(
         "results.json"
     ),
     index: Annotated[
-        str | None, typer.Option(help="reuse this index alias instead of a fresh one")
+        str | None,
+        typer.Option(
+            help="evaluate in this alias instead of a fresh index; the evaluation documents "
+            "(tenant es-rag-eval) are removed from it afterwards unless --keep-index"
+        ),
     ] = None,
-    keep_index: Annotated[bool, typer.Option(help="keep the evaluation index")] = False,
+    keep_index: Annotated[
+        bool, typer.Option(help="keep the evaluation index (or, with --index, its documents)")
+    ] = False,
     split: Annotated[str, typer.Option(help="qrels split (beir) or file hint (squad)")] = "test",
     rank_constant: Annotated[str | None, typer.Option(help="sweep, e.g. 10,20,60")] = None,
     window: Annotated[str | None, typer.Option(help="sweep of rank windows, e.g. 50,100")] = None,
@@ -643,11 +728,12 @@ def eval_(
         settings, client=parts.engine, embedder=parts.embedder, analyzer=parts.analyzer
     )
     quiet = not sys.stderr.isatty()
-    with tqdm(
-        total=len(data.corpus), unit="doc", desc="ingest", disable=quiet, file=sys.stderr
-    ) as bar:
-        ingest = _run(lambda: er.ingest_dataset(ingestor, data, progress=bar.update))
+    existed = _run(ingestor.index.exists)
     try:
+        with tqdm(
+            total=len(data.corpus), unit="doc", desc="ingest", disable=quiet, file=sys.stderr
+        ) as bar:
+            ingest = _run(lambda: er.ingest_dataset(ingestor, data, progress=bar.update))
         with tqdm(
             total=len(data.queries) * len(variants),
             unit="q",
@@ -659,9 +745,15 @@ def eval_(
                 lambda: er.run(settings, data, variants, k=k, parts=parts, progress=bar.update)
             )
     finally:
-        if not keep_index and index is None:
-            for name in ingestor.index.concrete_indices():
-                parts.engine.delete_index(name)
+        # Evaluation documents never stay in an index unless asked to: a fresh index (or
+        # one this run created) goes entirely; in an existing alias, only the evaluation
+        # tenant's rows go, even after a failure or Ctrl-C.
+        if not keep_index:
+            if index is None or not existed:
+                for name in ingestor.index.concrete_indices():
+                    parts.engine.delete_index(name)
+            else:
+                ingestor.delete_tenant_rows(er.EVAL_TENANT)
     output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     if runs is not None:
         from es_rag.evaluation import format_trec_run
@@ -679,7 +771,7 @@ def eval_(
             "queries": len(data.queries),
         },
         "index": alias,
-        "kept": keep_index or index is not None,
+        "kept": keep_index,
         "ingest": ingest,
         "embedding_model": settings.embedding_model,
         "k": k,
@@ -706,13 +798,52 @@ def eval_(
 
 
 @app.command()
-def delete(doc_id: Annotated[str, typer.Argument(help="the document id to delete")]) -> None:
-    """Delete every chunk of a document."""
+def delete(
+    doc_id: Annotated[str, typer.Argument(help="the document id to delete")],
+    tenant: Annotated[
+        str | None,
+        typer.Option(help="the document's tenant; required when several tenants hold this id"),
+    ] = None,
+) -> None:
+    """Delete every chunk of one tenant's document."""
+    from es_rag.acl import normalize_tenant
     from es_rag.pipeline import Ingestor
 
+    settings = _settings()
+    ingestor = Ingestor(settings)
+    if tenant is None:
+        holders = sorted(_run(lambda: ingestor.index.tenants_of(doc_id)))
+        if len(holders) > 1:
+            _fail(
+                f"{doc_id!r} is held by {len(holders)} tenants ({', '.join(holders)}); "
+                "say which with --tenant"
+            )
+        if not holders:
+            typer.echo(json.dumps({"doc_id": doc_id, "tenant": None, "deleted": 0}))
+            return
+        tenant = holders[0]
+    else:
+        tenant = _run(
+            lambda: normalize_tenant(tenant, case_sensitive=settings.principal_case_sensitive)
+        )
+    removed = _run(lambda: ingestor.delete_document(doc_id, tenant=tenant))
+    typer.echo(json.dumps({"doc_id": doc_id, "tenant": tenant, "deleted": removed}))
+
+
+@app.command("upgrade-index")
+def upgrade_index() -> None:
+    """Rewrite an index written by an older es-rag to the current contract, in place.
+
+    Tenant-scoped chunk ids, principals and tenants in their normal form, three-part
+    document hashes, status rows keyed by tenant. No re-parsing, no re-embedding;
+    re-runnable after a crash. Stop ingestion while it runs.
+    """
+    from es_rag.pipeline import Ingestor
+    from es_rag.upgrade import upgrade_index as run_upgrade
+
     ingestor = Ingestor(_settings())
-    removed = _run(lambda: ingestor.delete_document(doc_id))
-    typer.echo(json.dumps({"doc_id": doc_id, "deleted": removed}))
+    reports = _run(lambda: run_upgrade(ingestor))
+    typer.echo(json.dumps({"indexes": [r.to_dict() for r in reports]}, ensure_ascii=False))
 
 
 @app.command()

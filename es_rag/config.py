@@ -33,7 +33,9 @@ class Settings(BaseSettings):
         description="elasticsearch | opensearch; auto asks the server (one GET / at first use)",
     )
     es_url: str = Field(
-        default="http://127.0.0.1:9200", description="search server URL (either engine)"
+        default="http://127.0.0.1:9200",
+        description="search server URL (either engine); several nodes: comma-separated URLs, "
+        "tried in turn when one is down",
     )
     es_api_key: SecretStr | None = None
     es_username: str | None = None
@@ -61,8 +63,17 @@ class Settings(BaseSettings):
         description="seconds before Redis redelivers an unacknowledged task (a dead worker's); "
         "default: the hard limit + 300; must exceed the hard limit",
     )
-    task_max_retries: int = Field(default=6, description="retries of a transient failure")
+    task_max_retries: int = Field(
+        default=10,
+        description="retries of a transient failure (server or broker down, 429/5xx); with "
+        "the default backoff they span about 10 minutes on average, 18 at most",
+    )
     task_retry_backoff_max: int = Field(default=300, description="seconds between retries, max")
+    worker_lease_seconds: int = Field(
+        default=30,
+        description="a worker renews a lease on the tasks it holds; once a worker's lease has "
+        "been gone this long, a live worker hands its tasks back to the queue",
+    )
 
     # --- embeddings ---------------------------------------------------------------------
     embedding_backend: EmbeddingBackend = "sentence-transformers"
@@ -113,6 +124,11 @@ class Settings(BaseSettings):
     number_of_replicas: int = 0
     analyzer_language: str = Field(
         default="english", description="Snowball stemmer for Latin-script text"
+    )
+    principal_case_sensitive: bool = Field(
+        default=False,
+        description="keep the case of principal and tenant names (default: case-insensitive, "
+        "Unicode case folding); recorded in the index contract",
     )
 
     # --- parsing (files, in a sandboxed child process) ---------------------------------------
@@ -184,6 +200,11 @@ class Settings(BaseSettings):
     content_boost: float = 1.0
     title_boost: float = 0.5
     highlight: bool = Field(default=True, description="highlight query words in hit content")
+    search_type: Literal["query_then_fetch", "dfs_query_then_fetch"] = Field(
+        default="query_then_fetch",
+        description="dfs_query_then_fetch gathers BM25 term statistics from every shard "
+        "first (one more round trip): same BM25 scores on 1 or N shards",
+    )
     query_cache_size: int = Field(default=1024, description="LRU of query embeddings; 0 = off")
 
     # --- context (prompt-ready evidence) ------------------------------------------------------
@@ -223,6 +244,11 @@ class Settings(BaseSettings):
     rerank_fp16: bool = Field(default=True, description="half precision; applied on cuda only")
 
     @property
+    def es_urls(self) -> list[str]:
+        """The node URLs ``es_url`` lists (comma-separated)."""
+        return [u.strip() for u in self.es_url.split(",") if u.strip()]
+
+    @property
     def queues(self) -> list[str]:
         """Every queue es-rag's tasks use (one, or the parse and embed queues when split)."""
         return sorted({self.queue, self.parse_queue or self.queue, self.embed_queue or self.queue})
@@ -239,6 +265,8 @@ class Settings(BaseSettings):
             raise ValueError("rank_window_size and rank_constant must be >= 1")
         if self.task_time_limit <= self.task_soft_time_limit:
             raise ValueError("task_time_limit must be above task_soft_time_limit")
+        if self.worker_lease_seconds < 3:
+            raise ValueError("worker_lease_seconds must be >= 3")
         if self.visibility_timeout is not None and self.visibility_timeout <= self.task_time_limit:
             # A slow but healthy task would be handed to a second worker while it runs.
             raise ValueError("visibility_timeout must be above task_time_limit")

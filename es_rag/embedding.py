@@ -33,7 +33,7 @@ from tenacity import (
 )
 
 from es_rag.chunking import estimate_tokens
-from es_rag.errors import ConfigurationError, EmbeddingError
+from es_rag.errors import ConfigurationError, EmbeddingError, EmbeddingUnavailableError
 
 if TYPE_CHECKING:
     from es_rag.config import Settings
@@ -566,8 +566,10 @@ class OpenAIEmbedder(Embedder):
         try:
             body = retrying(self._post, payload)
         except _RetryableError as exc:
-            raise EmbeddingError(
-                f"embedding request to {self.endpoint} failed after "
+            # Still down, busy or failing after our own retries: a fault that may pass, so
+            # the queue retries the document later instead of failing it for good.
+            raise EmbeddingUnavailableError(
+                f"embedding server {self.endpoint} unavailable after "
                 f"{self.max_retries + 1} attempts: {exc}"
             ) from exc
         return self._parse(body, len(texts))
@@ -575,8 +577,9 @@ class OpenAIEmbedder(Embedder):
     def _post(self, payload: dict[str, Any]) -> Any:
         try:
             response = self._http().post(self.endpoint, json=payload)
-        except (httpx.TimeoutException, httpx.ConnectError, httpx.RemoteProtocolError) as exc:
-            # RemoteProtocolError covers a keep-alive connection the server dropped: transient.
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            # Refused, reset or dropped connections (RemoteProtocolError: a keep-alive
+            # connection the server closed) and timeouts: transient.
             raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
         except httpx.HTTPError as exc:
             raise EmbeddingError(

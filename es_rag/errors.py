@@ -1,18 +1,23 @@
 """es-rag's exceptions, one module, one hierarchy.
 
     EsRagError
+    ├── TransientError              a fault that may pass (the queue retries it); a mixin below
     ├── ConfigurationError          settings that cannot work together
     ├── AccessControlError          a document without a valid ACL, a malformed principal
+    │   └── TenantMismatchError     an operation that would move a document between tenants
     ├── IndexContractError          the index's _meta disagrees with the configuration
     │   └── DimensionMismatchError  vectors of the wrong size for the index
     ├── AnalyzerMismatchError       query-time analyzer differs from the index's
     ├── AclGuardError               a search body without the caller's ACL (a bug, never sent)
     ├── EngineError                 the search server refused or failed a request
-    │   ├── EngineUnavailableError  the server cannot be reached (transient)
+    │   ├── EngineUnavailableError  unreachable, timed out, 429 or 5xx          (transient)
     │   ├── BulkIndexingError       some chunks of a bulk request failed (details per chunk)
+    │   │   └── BulkRejectedError   every failure was a rejection (429/503)     (transient)
     │   ├── IndexBlockedError        the index refuses writes (read-only / flood stage)
     │   └── StrategyUnavailableError  a forced strategy the cluster cannot run
     ├── EmbeddingError              the embedding model or server failed
+    │   └── EmbeddingUnavailableError  refused, timed out, 429 or 5xx           (transient)
+    ├── QueueUnavailableError       the broker (Redis) cannot be reached         (transient)
     ├── RerankError                 the reranker failed or ran out of time
     ├── FilterError                 a user filter that cannot be translated honestly
     └── InputError                  an input document that cannot be ingested
@@ -22,6 +27,10 @@
         ├── EmptyDocumentError      nothing to index (``needs_ocr``: a scan and no OCR)
         ├── DocumentTooLargeError   over the input-size or decompressed-size limit
         └── ParseLimitError         a parse hit a limit: memory, CPU, wall clock, nesting depth
+
+"Transient" is a type, decided where the fault happens (the HTTP client, the search
+client, the broker), never by reading a message: ``isinstance(exc, TransientError)`` is
+the whole rule the queue applies. Everything else is permanent and fails once.
 
 Every exception with extra fields defines ``__reduce__`` so that it survives pickling
 (Celery carries exceptions between processes).
@@ -36,12 +45,20 @@ class EsRagError(Exception):
     """Base class of every error es-rag raises on purpose."""
 
 
+class TransientError(EsRagError):
+    """A fault that may pass on its own (a server down or busy): worth a later retry."""
+
+
 class ConfigurationError(EsRagError):
     """Settings that cannot work together."""
 
 
 class AccessControlError(EsRagError):
     """A document without a valid ACL, or a malformed principal."""
+
+
+class TenantMismatchError(AccessControlError):
+    """An operation that would move a document from one tenant to another."""
 
 
 class IndexContractError(EsRagError):
@@ -72,8 +89,8 @@ class EngineError(EsRagError):
     """The search server refused or failed a request."""
 
 
-class EngineUnavailableError(EngineError):
-    """The search server cannot be reached; retrying later may succeed."""
+class EngineUnavailableError(EngineError, TransientError):
+    """The search server cannot be reached, timed out, or is busy (429/5xx)."""
 
 
 class BulkIndexingError(EngineError):
@@ -87,6 +104,10 @@ class BulkIndexingError(EngineError):
         return (type(self), (self.args[0], self.failures))
 
 
+class BulkRejectedError(BulkIndexingError, TransientError):
+    """Every failed chunk was rejected for load (429/503) after the client's own retries."""
+
+
 class IndexBlockedError(EngineError):
     """The index refuses writes (e.g. the flood-stage read-only block); retrying won't help."""
 
@@ -97,6 +118,14 @@ class StrategyUnavailableError(EngineError):
 
 class EmbeddingError(EsRagError):
     """The embedding model or embedding server failed."""
+
+
+class EmbeddingUnavailableError(EmbeddingError, TransientError):
+    """The embedding server refused connections, timed out or answered 429/5xx throughout."""
+
+
+class QueueUnavailableError(TransientError):
+    """The broker (Redis) cannot be reached; nothing was sent."""
 
 
 class RerankError(EsRagError):

@@ -54,7 +54,7 @@ BASES = (
     "opensearch-hybrid",
 )
 FUSED = ("hybrid", "client-rrf", "client-linear", "native-rrf", "opensearch-hybrid")
-EVAL_TENANT = "eval"
+EVAL_TENANT = "es-rag-eval"  # its rows are removed after a run in a live alias
 DEPTH = 100  # documents ranked per query (recall@100); the fusion window follows it
 
 

@@ -8,6 +8,7 @@ rolls back what it added, so no document is left half-indexed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from es_rag.acl import identity_policy, normalize_acl, normalize_tenant
 from es_rag.analysis import TextAnalyzer, detect_language
 from es_rag.chunking import (
     CHUNKER_VERSION,
@@ -29,16 +31,18 @@ from es_rag.chunking import (
 )
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
-from es_rag.engine.index import ChunkIndex, bulk_error
-from es_rag.engine.mapping import IndexContract
+from es_rag.engine.index import ChunkIndex, DocState, bulk_error
+from es_rag.engine.mapping import ID_VERSION, IndexContract
 from es_rag.engine.status import StatusIndex
 from es_rag.errors import (
+    BulkIndexingError,
     DimensionMismatchError,
     EmptyDocumentError,
     EngineUnavailableError,
     EsRagError,
     IndexBlockedError,
     InputError,
+    TransientError,
 )
 from es_rag.parsing import Parser, file_problem, parser_version
 from es_rag.parts import Parts
@@ -59,9 +63,13 @@ _LANG_CODES = {
 }
 
 
-def chunk_id(doc_id: str, doc_version: str, chunk_type: str, ordinal: int) -> str:
-    """Deterministic: a retried or redelivered ingest writes the very same ids."""
-    key = f"{doc_id}\x00{doc_version}\x00{chunk_type}\x00{ordinal}"
+def chunk_id(tenant: str, doc_id: str, doc_version: str, chunk_type: str, ordinal: int) -> str:
+    """Deterministic: a retried or redelivered ingest writes the very same ids.
+
+    The tenant is part of the key (id version 2): two tenants' documents with the same id
+    are two documents and can never overwrite each other's rows.
+    """
+    key = json.dumps([tenant, doc_id, doc_version, chunk_type, ordinal], ensure_ascii=False)
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
@@ -132,6 +140,8 @@ class Ingestor(Parts):
             analyzer_version=self.analyzer.version,
             chunker_version=CHUNKER_VERSION,
             parser_version=parser_version(),
+            id_version=ID_VERSION,
+            identity=identity_policy(self.settings.principal_case_sensitive),
         )
 
     def init_index(self) -> tuple[str, bool]:
@@ -159,7 +169,9 @@ class Ingestor(Parts):
         before; the others still ingest. A dead server raises ``EngineUnavailableError``.
         """
         return [
-            _failed(doc.doc_id, out) if isinstance(out, EsRagError) else out
+            _failed(doc.doc_id, out, tenant=doc.acl.tenant_id)
+            if isinstance(out, EsRagError)
+            else out
             for doc, out in zip(docs, self._ingest_batch(docs, refresh=refresh), strict=True)
         ]
 
@@ -177,16 +189,31 @@ class Ingestor(Parts):
             except EsRagError as exc:
                 out[i] = exc
                 continue
-            if plan.fence is not None and not self.status.fence(doc.doc_id, plan.fence):
-                newest = self.status.newest_version(doc.doc_id)
+            tenant, doc_id = plan.doc.acl.tenant_id, plan.doc.doc_id
+            if plan.fence is not None and not self.status.fence(tenant, doc_id, plan.fence):
+                newest = self.status.newest_version(tenant, doc_id)
                 out[i] = plan.result("skipped", reason="stale-version")
                 out[i].error = f"version {plan.fence} is older than {newest}, already accepted"  # type: ignore[union-attr]
                 continue
-            state = self.index.doc_state(doc.doc_id)
+            state = self.index.doc_state(tenant, doc_id)
             if state.is_complete(doc_hash=plan.doc_hash, embedding_version=emb_version):
                 out[i] = plan.result("skipped", reason="unchanged")
                 continue
-            plan.old = self.index.chunk_locations(doc.doc_id) if state.count else {}
+            if state.same_content(content_hash=plan.doc_hash[:32], embedding_version=emb_version):
+                # Only the ACL or metadata changed: rewrite those fields, embed nothing.
+                try:
+                    out[i] = self._rewrite_access(plan, state)
+                    continue
+                except BulkIndexingError as exc:
+                    if isinstance(exc, TransientError):
+                        out[i] = exc
+                        continue
+                    # A server that cannot update these rows in place: write them anew.
+                    log.warning("%s: access-only update refused (%s); rewriting", doc_id, exc)
+                except EsRagError as exc:
+                    out[i] = exc
+                    continue
+            plan.old = self.index.chunk_locations(tenant, doc_id) if state.count else {}
             plans.append(plan)
 
         if plans:
@@ -195,8 +222,42 @@ class Ingestor(Parts):
             self.index.refresh()
         return [o for o in out if o is not None]
 
+    def _rewrite_access(self, plan: _Plan, state: DocState) -> IngestResult:
+        """The access-only path shared by ``ingest`` and ``update_acl``: every row of the
+        document gets the new access fields, metadata and hash; no parse result is written
+        and nothing is embedded.
+
+        A partial failure leaves rows with two hashes of the same content, which the next
+        attempt recognises and rewrites again (never a re-embedding).
+        """
+        t0 = time.perf_counter()
+        doc = plan.doc
+        blocks = self._write_blocks()
+        if blocks:
+            raise IndexBlockedError(
+                f"the index refuses writes ({', '.join(blocks)}); nothing was changed"
+            )
+        fields = {**doc.acl.as_fields(), "doc_hash": plan.doc_hash}
+        reset_metadata = any(h[64:] != plan.doc_hash[64:] for h in state.doc_hashes)
+        if reset_metadata:
+            fields["metadata"] = doc.metadata
+        locations = self.index.chunk_locations(doc.acl.tenant_id, doc.doc_id)
+        outcome = self.index.bulk(
+            access_actions(locations, fields, reset_metadata=reset_metadata),
+            chunk_size=self.settings.bulk_chunk_size,
+            max_retries=self.settings.bulk_max_retries,
+            initial_backoff=self.settings.bulk_initial_backoff,
+        )
+        self.index.raise_on_failures(outcome, f"updating the access fields of {doc.doc_id}")
+        plan.timings["index"] = _ms(t0)
+        return plan.result("indexed", reason="access-only")
+
     def _plan(self, position: int, doc: Document) -> _Plan:
         t0 = time.perf_counter()
+        # Identity strings in their one form, whoever built the ACL (DESIGN.md §5).
+        acl = normalize_acl(doc.acl, case_sensitive=self.settings.principal_case_sensitive)
+        if acl != doc.acl:
+            doc = dataclasses.replace(doc, acl=acl)
         title = doc.title or doc.doc_id
         count, limit = self.tokens
         chunks = chunk_elements(
@@ -265,7 +326,7 @@ class Ingestor(Parts):
             # A newer version accepted while this one was being written wins: this attempt
             # removes what it added and leaves the newer rows alone.
             if p.fence is not None and not p.failures:
-                newest = self.status.newest_version(p.doc.doc_id)
+                newest = self.status.newest_version(p.doc.acl.tenant_id, p.doc.doc_id)
                 if newest is not None and newest > p.fence:
                     p.superseded = newest
         rollback: dict[str, str] = {}
@@ -308,18 +369,18 @@ class Ingestor(Parts):
         return blocks
 
     def doc_hash(self, doc: Document, title: str) -> str:
-        """Everything that ends up in the rows, so any change re-indexes the document.
+        """Everything that ends up in the rows, so any change is seen; 96 hex characters.
 
-        Two halves: the body (text, metadata, chunking, models…) and the ACL, so that
-        ``update_acl`` can rewrite the ACL half without the text and an unchanged re-ingest
-        with the new ACL still finds nothing to do.
+        Three parts: the content (text, chunking, models… everything that needs parsing
+        or embedding), the ACL and the metadata. A change in the last two alone takes the
+        access-only path (no embedding); ``update_acl`` rewrites the ACL part, so a later
+        re-ingest of the same text with that ACL finds nothing to do.
         """
         s = self.settings
         payload = {
             "text": doc.text,
             "elements": [e.to_dict() for e in doc.elements],
             "title": title,
-            "metadata": doc.metadata,
             "source_uri": doc.source_uri,
             "mime": doc.mime_type,
             "doc_version": doc.doc_version,
@@ -333,8 +394,7 @@ class Ingestor(Parts):
             "analyzer": self.analyzer.version,
             "parser": _parser_of(doc),
         }
-        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32] + acl_hash(doc.acl)
+        return _hash(payload) + acl_hash(doc.acl) + _hash(doc.metadata)
 
     def _rows(
         self,
@@ -351,8 +411,9 @@ class Ingestor(Parts):
             self.settings.analyzer_language, self.settings.analyzer_language
         )
         child_vectors = iter(vectors)
+        tenant = doc.acl.tenant_id
         for chunk in chunks:
-            cid = chunk_id(doc.doc_id, version, chunk.chunk_type, chunk.ordinal)
+            cid = chunk_id(tenant, doc.doc_id, version, chunk.chunk_type, chunk.ordinal)
             source: dict[str, Any] = {
                 "chunk_id": cid,
                 "doc_id": doc.doc_id,
@@ -392,7 +453,7 @@ class Ingestor(Parts):
                 source["title_terms"] = self.analyzer.analyze(" ".join(chunk.title_path))
                 if chunk.parent_ordinal is not None:
                     source["parent_id"] = chunk_id(
-                        doc.doc_id, version, "parent", chunk.parent_ordinal
+                        tenant, doc.doc_id, version, "parent", chunk.parent_ordinal
                     )
             yield {
                 "_op_type": "index",
@@ -440,7 +501,7 @@ class Ingestor(Parts):
                 done = self.ingest_many(batch)
             except EngineUnavailableError as exc:
                 unavailable = str(exc)
-                done = [_failed(d.doc_id, exc) for d in batch]
+                done = [_failed(d.doc_id, exc, tenant=d.acl.tenant_id) for d in batch]
             for result in done:
                 report(result)
             batch.clear()
@@ -471,7 +532,7 @@ class Ingestor(Parts):
                     )
                 )
             except EsRagError as exc:
-                report(_failed(given, exc))
+                report(_failed(given, exc, tenant=acl.tenant_id))
             if len(batch) >= batch_docs:
                 flush()
         flush()
@@ -482,32 +543,52 @@ class Ingestor(Parts):
     def update_acl(self, doc_id: str, acl: AccessControl, *, refresh: bool = False) -> int:
         """Rewrite the access fields of every row of ``doc_id``: no parsing, no embedding.
 
-        The ACL half of ``doc_hash`` is rewritten with them, so a later re-ingest of the
-        same text with this ACL is recognised as unchanged. Returns the rows updated.
+        The document is the one of ``acl``'s tenant; the ACL part of ``doc_hash`` is
+        rewritten with the fields, so a later re-ingest of the same text with this ACL is
+        recognised as unchanged. Moving a document to another tenant is not an ACL change:
+        that tenant simply has no such document (ingest it there, delete it here).
+        Returns the rows updated.
         """
-        state = self.index.doc_state(doc_id)
+        acl = normalize_acl(acl, case_sensitive=self.settings.principal_case_sensitive)
+        tenant = acl.tenant_id
+        if not self._ready:
+            self.init_index()
+        state = self.index.doc_state(tenant, doc_id)
         if state.count == 0:
-            raise InputError(f"{doc_id}: not in the index, no ACL to update")
-        if len(state.doc_hashes) != 1:
+            raise InputError(
+                f"{doc_id}: tenant {tenant!r} has no such document, no ACL to update "
+                "(an ACL update never moves a document between tenants)"
+            )
+        contents = {h[:32] for h in state.doc_hashes}
+        if len(contents) != 1 or len(state.doc_hashes) > 2:
             raise InputError(f"{doc_id}: rows of several versions; re-ingest it first")
-        new_hash = state.doc_hashes[0][:32] + acl_hash(acl)
+        old = state.doc_hashes[0]
+        new_hash = old[:32] + acl_hash(acl) + old[64:]
         fields = {**acl.as_fields(), "doc_hash": new_hash}
-        locations = self.index.chunk_locations(doc_id)
-        actions = (
-            {"_op_type": "update", "_index": idx, "_id": cid, "doc": fields}
-            for cid, idx in sorted(locations.items())
+        locations = self.index.chunk_locations(tenant, doc_id)
+        outcome = self.index.bulk(
+            access_actions(locations, fields), chunk_size=self.settings.bulk_chunk_size
         )
-        outcome = self.index.bulk(actions, chunk_size=self.settings.bulk_chunk_size)
         self.index.raise_on_failures(outcome, f"updating the ACL of {doc_id}")
         if refresh:
             self.index.refresh()
         return outcome.ok
 
-    def delete_document(self, doc_id: str, *, refresh: bool = True) -> int:
-        """Delete every row of ``doc_id`` (found by scan, removed by id)."""
-        locations = self.index.chunk_locations(doc_id)
+    def delete_document(self, doc_id: str, *, tenant: str, refresh: bool = True) -> int:
+        """Delete every row of one tenant's document (found by scan, removed by id)."""
+        tenant = normalize_tenant(tenant, case_sensitive=self.settings.principal_case_sensitive)
+        locations = self.index.chunk_locations(tenant, doc_id)
         self.index.raise_on_failures(self.index.delete_chunks(locations), f"deleting {doc_id}")
         if refresh:
+            self.index.refresh()
+        return len(locations)
+
+    def delete_tenant_rows(self, tenant: str, *, refresh: bool = True) -> int:
+        """Delete every row of ``tenant`` (scan and delete by id: no _delete_by_query)."""
+        tenant = normalize_tenant(tenant, case_sensitive=self.settings.principal_case_sensitive)
+        locations = self.index.locations({"term": {"tenant_id": tenant}})
+        self.index.raise_on_failures(self.index.delete_chunks(locations), f"deleting {tenant}")
+        if refresh and locations:
             self.index.refresh()
         return len(locations)
 
@@ -538,6 +619,7 @@ class _Plan:
     ) -> IngestResult:
         return IngestResult(
             reason=reason,
+            tenant=self.doc.acl.tenant_id,
             doc_id=self.doc.doc_id,
             status=status,
             chunks=len(self.children),
@@ -554,8 +636,27 @@ def _parser_of(doc: Document) -> str:
 
 
 def acl_hash(acl: AccessControl) -> str:
-    blob = json.dumps(acl.as_fields(), sort_keys=True)
+    return _hash(acl.as_fields())
+
+
+def _hash(value: Any) -> str:
+    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def access_actions(
+    locations: dict[str, str], fields: dict[str, Any], *, reset_metadata: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Partial updates of access fields (and metadata) for every row, by id.
+
+    A partial update merges objects into ``_source``, so a metadata key that was removed
+    would survive; ``reset_metadata`` first sets ``metadata`` to null, then the second
+    update writes the new object whole (both in one bulk request, applied in order).
+    """
+    for cid, idx in sorted(locations.items()):
+        if reset_metadata:
+            yield {"_op_type": "update", "_index": idx, "_id": cid, "doc": {"metadata": None}}
+        yield {"_op_type": "update", "_index": idx, "_id": cid, "doc": fields}
 
 
 def fence_version(version: str | None) -> int | None:
@@ -565,9 +666,13 @@ def fence_version(version: str | None) -> int | None:
     return None
 
 
-def _failed(doc_id: str, exc: Exception) -> IngestResult:
+def _failed(doc_id: str, exc: Exception, *, tenant: str | None = None) -> IngestResult:
     return IngestResult(
-        doc_id=doc_id, status="failed", error=str(exc), error_type=type(exc).__name__
+        doc_id=doc_id,
+        tenant=tenant,
+        status="failed",
+        error=str(exc),
+        error_type=type(exc).__name__,
     )
 
 

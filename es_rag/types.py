@@ -33,6 +33,13 @@ class Caller:
     tenant: str
     principals: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        from es_rag.acl import check_caller
+
+        if not isinstance(self.principals, frozenset) and not isinstance(self.principals, str):
+            object.__setattr__(self, "principals", frozenset(self.principals))
+        check_caller(self)
+
 
 @dataclass(frozen=True)
 class AccessControl:
@@ -42,6 +49,17 @@ class AccessControl:
     visibility: Visibility
     allowed_principals: tuple[str, ...] = ()
     denied_principals: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """An ACL refuses to exist in a form that cannot mean what it says (a restricted
+        document nobody may read, a malformed principal), whoever builds it."""
+        from es_rag.acl import check_acl
+
+        for name in ("allowed_principals", "denied_principals"):
+            value = getattr(self, name)
+            if isinstance(value, list | set | frozenset):
+                object.__setattr__(self, name, tuple(sorted(value)))
+        check_acl(self)
 
     def as_fields(self) -> dict[str, Any]:
         return {
@@ -177,7 +195,10 @@ class IngestResult:
     error_type: str | None = None
     source: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
-    reason: str | None = None  # why skipped: "unchanged" or "stale-version"
+    # why skipped ("unchanged", "stale-version"), or how indexed ("access-only": the ACL or
+    # metadata changed and only those fields were rewritten)
+    reason: str | None = None
+    tenant: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

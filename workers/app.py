@@ -8,10 +8,89 @@ environment once, at import; no client or model is created here (see workers/tas
 
 from __future__ import annotations
 
-from celery import Celery
+import logging
+import os
+from typing import Any
+
+from celery import Celery, bootsteps
+from celery.signals import task_received
 from kombu import Queue
 
 from es_rag.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+class LeaseStep(bootsteps.StartStopStep):
+    """Keeps this worker's lease in Redis and hands dead workers' tasks back (es_rag.leases).
+
+    Started once with the consumer and kept across broker reconnections (a reconnection
+    stops and restarts consumer steps); given up at shutdown.
+    """
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.keeper: Any = None
+
+    def start(self, c: Any) -> None:
+        if self.keeper is not None:
+            return
+        import redis
+
+        from es_rag.leases import LeaseKeeper, Leases, new_worker_id
+
+        settings: Settings = getattr(c.app.conf, "es_rag_settings", None) or Settings()
+        client = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=5, socket_connect_timeout=5
+        )
+
+        def qos() -> Any:
+            consumer = getattr(c, "task_consumer", None)
+            return consumer.channel.qos if consumer is not None else None
+
+        def held_tags() -> list[str]:
+            q = qos()
+            return list(q._delivered) if q is not None else []
+
+        def pids() -> list[int]:
+            info = getattr(c.pool, "info", None) or {}
+            return [os.getpid(), *info.get("processes", [])]
+
+        def restore(tag: str) -> None:
+            q = qos()
+            if q is None:
+                raise RuntimeError("no broker channel to restore on")
+            q.restore_by_tag(tag)
+
+        self.keeper = LeaseKeeper(
+            Leases(client, lease_s=settings.worker_lease_seconds),
+            worker=new_worker_id(),
+            held_tags=held_tags,
+            pids=pids,
+            restore=restore,
+            queues=settings.queues,
+        )
+        c.es_rag_lease_keeper = self.keeper
+        self.keeper.start()
+
+    def stop(self, c: Any) -> None:
+        """A reconnection, not a shutdown: the lease lives on."""
+
+    def shutdown(self, c: Any) -> None:
+        if self.keeper is not None:
+            self.keeper.stop()
+            self.keeper = None
+
+
+@task_received.connect
+def _renew_now(sender: Any = None, **_: Any) -> None:
+    """A message was just taken: renew at once, so the lease names it before anything can
+    kill this worker (otherwise the visibility timeout is its only way back)."""
+    keeper = getattr(sender, "es_rag_lease_keeper", None)
+    if keeper is not None:
+        keeper.wake.set()
 
 
 def make_app(settings: Settings | None = None) -> Celery:
@@ -32,6 +111,8 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_time_limit=s.task_time_limit,
         # Redis redelivers an unacknowledged message after visibility_timeout: it must be
         # longer than the hard limit, or a slow but healthy task would run twice at once.
+        # It is only the fallback: a dead worker's messages come back within a lease
+        # (worker_lease_seconds, LeaseStep) when any other worker is alive to notice.
         broker_transport_options={
             "visibility_timeout": s.visibility_timeout or s.task_time_limit + 300
         },
@@ -51,6 +132,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.conf.es_rag_settings = s
+    app.steps["consumer"].add(LeaseStep)
     return app
 
 

@@ -2,6 +2,11 @@
 
 The Ingestor (search client, embedding model, analyzer) is created once per worker process,
 on its first task, never at import: a prefork pool forks before any model is loaded.
+
+Retries: a ``TransientError`` (es_rag.errors) is retried with exponential backoff and full
+jitter up to ``ES_RAG_TASK_MAX_RETRIES``; this is Celery's ``autoretry_for`` /
+``retry_backoff`` / ``retry_jitter`` written out, because those are fixed when a task is
+declared and es-rag reads its limits from the worker's settings.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ from celery.signals import worker_process_init
 
 from es_rag import jobs
 from es_rag.config import Settings
-from es_rag.engine.status import now_iso
 from es_rag.pipeline import Ingestor
 
 _ingestor: Ingestor | None = None
@@ -50,12 +54,22 @@ def _load_models(**_: Any) -> None:
     _ingestor.analyzer.analyze("warm-up")
 
 
-def _retry(task: Task, exc: Exception) -> Exception:
-    """Exponential backoff with full jitter, capped; after the last retry the error stands."""
-    settings = settings_of(task)
-    cap = min(settings.task_retry_backoff_max, 2 ** (task.request.retries + 1))
+def _countdown(task: Task) -> float:
+    """Exponential backoff with full jitter, capped."""
+    cap = min(settings_of(task).task_retry_backoff_max, 2 ** (task.request.retries + 1))
+    return random.uniform(1, cap)
+
+
+def _max_attempts(task: Task) -> int:
+    return settings_of(task).task_max_retries + 1
+
+
+def _retry(task: Task, exc: Exception, countdown: float | None = None) -> Exception:
+    """A retry of this task; after the last one, the error stands."""
     return task.retry(
-        exc=exc, countdown=random.uniform(1, cap), max_retries=settings.task_max_retries
+        exc=exc,
+        countdown=_countdown(task) if countdown is None else countdown,
+        max_retries=settings_of(task).task_max_retries,
     )
 
 
@@ -73,48 +87,78 @@ def _retrying(task: Task) -> Iterator[None]:
 def _run(
     task: Task, payload: jobs.IngestPayload, doc: jobs.DocumentPayload | None
 ) -> dict[str, Any]:
+    attempt = task.request.retries + 1
+    countdown = _countdown(task)
     try:
-        with _retrying(task):
-            result = jobs.run_ingest(
-                ingestor(task),
-                payload,
-                attempt=task.request.retries + 1,
-                task_id=task.request.id,
-                doc=doc,
-            )
-    except SoftTimeLimitExceeded:
-        ingestor(task).status.record(
-            payload.key,
-            "failed",
-            payload=payload.model_dump(),
-            attempts=task.request.retries + 1,
-            worker=jobs.worker_id(),
-            error_type="TimeoutError",
-            error="timeout: the task hit its soft time limit",
-            finished_at=now_iso(),
+        result = jobs.run_ingest(
+            ingestor(task),
+            payload,
+            attempt=attempt,
+            max_attempts=_max_attempts(task),
+            task_id=task.request.id,
+            doc=doc,
+            retry_in=countdown,
         )
+    except SoftTimeLimitExceeded as exc:
+        _timed_out(task, payload, exc)
+        raise
+    except Exception as exc:
+        if jobs.is_transient(exc):  # run_ingest raises only those, before the last attempt
+            raise _retry(task, exc, countdown) from exc
         raise
     return result.to_dict()
 
 
-@shared_task(name="es_rag.ingest", bind=True)
+def _timed_out(task: Task, payload: jobs.IngestPayload, exc: BaseException) -> None:
+    limit = settings_of(task).task_soft_time_limit
+    jobs.record_failure(
+        ingestor(task),
+        payload,
+        TimeoutError(f"timeout: the task hit its soft time limit ({limit} s)"),
+        attempt=task.request.retries + 1,
+        task_id=task.request.id,
+    )
+
+
+@shared_task(name="es_rag.ingest", bind=True, ignore_result=True)
 def ingest(self: Task, payload: dict[str, Any]) -> dict[str, Any]:
     """Read, chunk, embed and index one document (or, split, hand it to the embed queue)."""
     p = jobs.IngestPayload.model_validate(payload)
     settings = settings_of(self)
     if settings.embed_queue and settings.embed_queue != (settings.parse_queue or settings.queue):
-        try:
-            doc = jobs.parse(ingestor(self), p)
-        except Exception as exc:
-            if jobs.is_transient(exc):
-                raise _retry(self, exc) from exc
-            return jobs.run_ingest(ingestor(self), p, task_id=self.request.id).to_dict()
-        index_document.delay(payload, doc.model_dump())
-        return {"doc_id": p.key, "status": "parsed"}
+        return _parse_then_hand_over(self, p, payload)
     return _run(self, p, None)
 
 
-@shared_task(name="es_rag.index_document", bind=True)
+def _parse_then_hand_over(
+    task: Task, p: jobs.IngestPayload, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """The parse half of a split ingest. A failure here is recorded from the error itself:
+    a file that timed out or could not be parsed is never parsed a second time."""
+    attempt = task.request.retries + 1
+    try:
+        doc = jobs.parse(ingestor(task), p)
+    except SoftTimeLimitExceeded as exc:
+        _timed_out(task, p, exc)
+        raise
+    except Exception as exc:
+        if jobs.hit_time_limit(exc):
+            _timed_out(task, p, exc)
+            raise SoftTimeLimitExceeded(str(exc)) from exc
+        if jobs.is_transient(exc) and attempt < _max_attempts(task):
+            countdown = _countdown(task)
+            jobs.record_retry(
+                ingestor(task), p, exc, attempt=attempt, task_id=task.request.id, delay=countdown
+            )
+            raise _retry(task, exc, countdown) from exc
+        jobs.record_failure(ingestor(task), p, exc, attempt=attempt, task_id=task.request.id)
+        return {"doc_id": p.key, "status": "failed", "error": str(exc)}
+    with _retrying(task):
+        jobs.send(task.app, "es_rag.index_document", [payload, doc.model_dump()])
+    return {"doc_id": p.key, "status": "parsed"}
+
+
+@shared_task(name="es_rag.index_document", bind=True, ignore_result=True)
 def index_document(self: Task, payload: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
     """Embed and index a document parsed on the parse queue."""
     return _run(
@@ -125,9 +169,10 @@ def index_document(self: Task, payload: dict[str, Any], document: dict[str, Any]
 
 
 @shared_task(name="es_rag.delete", bind=True)
-def delete(self: Task, doc_id: str) -> int:
+def delete(self: Task, doc_id: str, tenant: str) -> int:
+    """Delete one tenant's document (never another tenant's document of the same id)."""
     with _retrying(self):
-        return jobs.run_delete(ingestor(self), doc_id)
+        return jobs.run_delete(ingestor(self), doc_id, tenant)
 
 
 @shared_task(name="es_rag.update_acl", bind=True)
@@ -141,13 +186,13 @@ def update_acl(self: Task, doc_id: str, acl: dict[str, Any]) -> int:
 def sync_directory(
     self: Task, folder: str, acl: dict[str, Any], metadata: dict[str, Any] | None = None
 ) -> dict[str, int]:
-    """Enqueue every file of ``folder`` and delete documents whose files are gone."""
+    """Enqueue every file of ``folder`` and delete the tenant's documents whose files are gone."""
+    acl_payload = jobs.AclPayload.model_validate(acl)
     with _retrying(self):
-        payloads, gone = jobs.plan_sync(
-            ingestor(self), folder, jobs.AclPayload.model_validate(acl), metadata
-        )
-    for p in payloads:
-        jobs.enqueue(ingestor(self), self.app, p)
-    for doc_id in gone:
-        delete.delay(doc_id)
+        payloads, gone = jobs.plan_sync(ingestor(self), folder, acl_payload, metadata)
+        for p in payloads:
+            jobs.enqueue(ingestor(self), self.app, p)
+        tenant = jobs.tenant_of(ingestor(self), acl_payload)
+        for doc_id in gone:
+            jobs.send(self.app, "es_rag.delete", [doc_id, tenant])
     return {"enqueued": len(payloads), "deleted": len(gone)}

@@ -111,6 +111,20 @@ class Engine(ABC):
     @abstractmethod
     def create_index(self, name: str, body: dict[str, Any]) -> None: ...
 
+    def put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        """Add fields to an index's mapping (additive; existing fields must not change)."""
+        self.call(
+            f"update mapping of {index}",
+            lambda: self.client.indices.put_mapping(index=index, body={"properties": properties}),
+        )
+
+    def put_meta(self, index: str, meta: dict[str, Any]) -> None:
+        """Replace the mapping's ``_meta`` (the index contract) of a concrete index."""
+        self.call(
+            f"update _meta of {index}",
+            lambda: self.client.indices.put_mapping(index=index, body={"_meta": meta}),
+        )
+
     @abstractmethod
     def delete_index(self, name: str) -> None: ...
 
@@ -160,6 +174,15 @@ class Engine(ABC):
             except self.not_found:
                 return None
         return {**resp.get("_source", {}), "_version": resp.get("_version")}
+
+    def delete_doc(self, index: str, doc_id: str) -> None:
+        """Delete one document by id; an absent one is already gone."""
+        with self.errors(f"delete {index}/{doc_id}"), contextlib.suppress(self.not_found):
+            self.client.delete(index=index, id=doc_id)
+
+    def vectors_source(self, index: str) -> Any:
+        """The ``_source`` value that returns rows whole, vectors included."""
+        return True
 
     def index_body(self, settings: Settings, contract: IndexContract) -> dict[str, Any]:
         """The create-index body for this engine (mapping template filled from settings)."""

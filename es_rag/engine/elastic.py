@@ -46,7 +46,9 @@ def make_elasticsearch_client(settings: Settings) -> Elasticsearch:
         kwargs["ca_certs"] = str(settings.es_ca_certs)
     if settings.es_url.startswith("https"):
         kwargs["verify_certs"] = settings.es_verify_certs
-    return Elasticsearch(settings.es_url, **kwargs)
+    # Several URLs: the client rotates over them and takes a node that fails out of the
+    # rotation for a while, so a cluster keeps answering while one node is down.
+    return Elasticsearch(settings.es_urls, **kwargs)
 
 
 class ElasticsearchEngine(Engine):
@@ -73,7 +75,25 @@ class ElasticsearchEngine(Engine):
                 raise EngineUnavailableError(f"{what}: server busy ({status}: {exc})") from exc
             raise EngineError(f"{what}: {status} {error_reason(exc.body, exc.message)}") from exc
 
+    def __init__(self, client: Elasticsearch) -> None:
+        super().__init__(client)
+        self._vectors_source: Any = None
+
     # --- reads ---------------------------------------------------------------------------
+    def vectors_source(self, index: str) -> Any:
+        """Elasticsearch 9.1+ leaves vectors out of ``_source`` unless asked; older
+        servers do not know the option (and include them anyway)."""
+        if self._vectors_source is None:
+            ask = {"exclude_vectors": False}
+            try:
+                self.search(index, {"size": 0, "_source": ask, "query": {"match_all": {}}})
+                self._vectors_source = ask
+            except EngineUnavailableError:
+                raise
+            except EngineError:
+                self._vectors_source = True
+        return self._vectors_source
+
     def search(
         self, index: str, body: dict[str, Any], *, params: dict[str, Any] | None = None
     ) -> dict[str, Any]:

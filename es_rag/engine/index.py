@@ -14,10 +14,24 @@ from typing import Any
 
 from es_rag.engine.base import Engine
 from es_rag.engine.mapping import IndexContract
-from es_rag.errors import BulkIndexingError, IndexContractError
+from es_rag.errors import BulkIndexingError, BulkRejectedError, IndexContractError
 
-# Writing with other vectors or other terms would silently corrupt ranking.
-WRITE_KEYS = ("embedding_version", "dims", "analyzer_version", "mapping_version")
+# Writing with other vectors or other terms would silently corrupt ranking; with other ids
+# a document's rows would no longer be found (and replaced) by their id; with another
+# identity form an ACL written now would not match the callers of rows written before.
+WRITE_KEYS = (
+    "embedding_version",
+    "dims",
+    "analyzer_version",
+    "mapping_version",
+    "id_version",
+    "identity",
+)
+
+
+def doc_query(tenant: str, doc_id: str) -> dict[str, Any]:
+    """A document is its tenant plus its id: two tenants' ``handbook.md`` are two documents."""
+    return {"bool": {"filter": [{"term": {"tenant_id": tenant}}, {"term": {"doc_id": doc_id}}]}}
 
 
 @dataclass(frozen=True)
@@ -31,9 +45,20 @@ class DocState:
 
     def is_complete(self, *, doc_hash: str, embedding_version: str) -> bool:
         """One version, fully written (a crashed ingest leaves a mixed or short set)."""
+        return self.doc_hashes == (doc_hash,) and self._whole(embedding_version)
+
+    def same_content(self, *, content_hash: str, embedding_version: str) -> bool:
+        """Every row holds this content, fully written, whatever its access fields say:
+        an ACL or metadata change (even a half-applied one) needs no new vectors."""
         return (
-            self.doc_hashes == (doc_hash,)
-            and self.embedding_versions == (embedding_version,)
+            bool(self.doc_hashes)
+            and all(h[:32] == content_hash for h in self.doc_hashes)
+            and self._whole(embedding_version)
+        )
+
+    def _whole(self, embedding_version: str) -> bool:
+        return (
+            self.embedding_versions == (embedding_version,)
             and len(self.chunk_counts) == 1
             and self.chunk_counts[0] == self.count
         )
@@ -99,6 +124,14 @@ class ChunkIndex:
             raise IndexContractError(
                 f"index behind {self.alias!r} has no es-rag _meta; it was not created by es-rag"
             )
+        if actual.id_version < expected.id_version and "id_version" in keys:
+            raise IndexContractError(
+                f"index behind {self.alias!r} was written by an es-rag whose document ids "
+                "did not include the tenant (id version "
+                f"{actual.id_version}, this es-rag writes {expected.id_version}); run "
+                "`es-rag upgrade-index` once to rewrite its ids, hashes and principals in "
+                "place (no re-embedding), or ingest into a new ES_RAG_INDEX"
+            )
         diffs = actual.differences(expected, keys=keys)
         if diffs:
             raise IndexContractError(
@@ -117,11 +150,11 @@ class ChunkIndex:
         self.engine.refresh(self.alias)
 
     # --- per document --------------------------------------------------------------------
-    def doc_state(self, doc_id: str) -> DocState:
+    def doc_state(self, tenant: str, doc_id: str) -> DocState:
         body = {
             "size": 0,
             "track_total_hits": True,
-            "query": {"term": {"doc_id": doc_id}},
+            "query": doc_query(tenant, doc_id),
             "aggs": {
                 "hashes": {"terms": {"field": "doc_hash", "size": 3}},
                 "versions": {"terms": {"field": "embedding_version", "size": 3}},
@@ -141,36 +174,50 @@ class ChunkIndex:
             chunk_counts=tuple(int(k) for k in keys("counts")),
         )
 
-    def chunk_locations(self, doc_id: str) -> dict[str, str]:
-        """chunk id → concrete index for every row of ``doc_id`` (scan, no _source)."""
+    def chunk_locations(self, tenant: str, doc_id: str) -> dict[str, str]:
+        """chunk id → concrete index for every row of one tenant's document (scan)."""
+        return self.locations(doc_query(tenant, doc_id))
+
+    def locations(self, query: dict[str, Any]) -> dict[str, str]:
+        """chunk id → concrete index for every row ``query`` matches (scan, no _source)."""
         return {
             hit["_id"]: hit["_index"]
-            for hit in self.engine.scan(
-                self.alias, {"query": {"term": {"doc_id": doc_id}}, "_source": False}
-            )
+            for hit in self.engine.scan(self.alias, {"query": query, "_source": False})
         }
 
-    def doc_ids(self, *, prefix: str = "") -> set[str]:
-        """Every doc id in the index (optionally starting with ``prefix``), by aggregation."""
-        ids: set[str] = set()
+    def doc_ids(self, *, tenant: str, prefix: str = "") -> set[str]:
+        """Every doc id of ``tenant`` (optionally starting with ``prefix``), by aggregation."""
+        query: dict[str, Any] = {"bool": {"filter": [{"term": {"tenant_id": tenant}}]}}
+        if prefix:
+            query["bool"]["filter"].append({"prefix": {"doc_id": prefix}})
+        return {key["d"] for key in self._composite(query, {"d": "doc_id"})}
+
+    def tenants_of(self, doc_id: str) -> set[str]:
+        """The tenants holding a document with this id (operator tools resolve ambiguity)."""
+        return {
+            key["t"] for key in self._composite({"term": {"doc_id": doc_id}}, {"t": "tenant_id"})
+        }
+
+    def _composite(self, query: dict[str, Any], fields: dict[str, str]) -> Iterator[dict]:
+        """Every distinct combination of ``fields`` among the rows ``query`` matches."""
         if not self.exists():
-            return ids
+            return
         after: dict[str, Any] | None = None
-        query: dict[str, Any] = {"prefix": {"doc_id": prefix}} if prefix else {"match_all": {}}
         while True:
             comp: dict[str, Any] = {
                 "size": 1000,
-                "sources": [{"d": {"terms": {"field": "doc_id"}}}],
+                "sources": [{name: {"terms": {"field": f}}} for name, f in fields.items()],
             }
             if after:
                 comp["after"] = after
             body = {"size": 0, "query": query, "aggs": {"ids": {"composite": comp}}}
             agg = self.engine.search(self.alias, body).get("aggregations", {}).get("ids", {})
             buckets = agg.get("buckets", [])
-            ids.update(b["key"]["d"] for b in buckets)
+            for b in buckets:
+                yield b["key"]
             after = agg.get("after_key")
             if not buckets or not after:
-                return ids
+                return
 
     # --- writes --------------------------------------------------------------------------
     def bulk(
@@ -225,10 +272,11 @@ def bulk_error(what: str, failures: list[dict[str, Any]]) -> BulkIndexingError:
     reason = first.get("error")
     if isinstance(reason, dict):
         reason = f"{reason.get('type')}: {reason.get('reason')}"
-    return BulkIndexingError(
-        f"{what}: {len(failures)} chunk(s) failed, first {first.get('chunk_id')}: {reason}",
-        failures,
-    )
+    message = f"{what}: {len(failures)} chunk(s) failed, first {first.get('chunk_id')}: {reason}"
+    if all(f.get("status") in (429, 503) for f in failures):
+        # Rejected for load even after the client's own backoff: a later retry may pass.
+        return BulkRejectedError(message, failures)
+    return BulkIndexingError(message, failures)
 
 
 def _delete_actions(locations: dict[str, str]) -> Iterator[dict[str, Any]]:

@@ -20,6 +20,9 @@ from es_rag.config import Settings
 from es_rag.errors import ConfigurationError
 
 MAPPING_VERSION = 1
+# How chunk ids are made. 1: sha256(doc id, version, type, ordinal); 2: the tenant first, so
+# that two tenants' documents with the same id are two documents (DESIGN.md §5).
+ID_VERSION = 2
 _FLAT_TYPES = {"flat", "int8_flat", "int4_flat", "bbq_flat"}
 _VECTOR_TYPES = _FLAT_TYPES | {"hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "bbq_disk"}
 
@@ -40,12 +43,18 @@ class IndexContract:
     chunker_version: str
     parser_version: str
     mapping_version: int = MAPPING_VERSION
+    id_version: int = ID_VERSION
+    # The normal form of tenants and principals (es_rag.acl.identity_policy).
+    identity: str = "nfc-casefold"
 
     def to_meta(self) -> dict[str, Any]:
         return {"es_rag_version": __version__, **asdict(self)}
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> IndexContract | None:
+        """The contract in ``_meta``; indexes written before ids and identity strings were
+        versioned read as id version 1 with identities kept exactly as given."""
+        meta = {"id_version": 1, "identity": "exact", **meta}
         names = {f.name for f in fields(cls)}
         if not names.issubset(meta):
             return None

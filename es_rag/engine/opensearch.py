@@ -11,6 +11,7 @@ client-side), and there is no license API.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, ClassVar
@@ -63,7 +64,7 @@ def make_opensearch_client(settings: Settings) -> OpenSearch:
         kwargs["use_ssl"] = True
         kwargs["verify_certs"] = settings.es_verify_certs
         kwargs["ssl_show_warn"] = settings.es_verify_certs
-    return OpenSearch(hosts=[settings.es_url], **kwargs)
+    return OpenSearch(hosts=settings.es_urls, **kwargs)
 
 
 class OpenSearchEngine(Engine):
@@ -126,7 +127,28 @@ class OpenSearchEngine(Engine):
     def create_index(self, name: str, body: dict[str, Any]) -> None:
         """Create ``name`` after checking its vector engines against the cluster (faiss guard)."""
         self.check_knn_engines(body)
+        body = self._with_stored_vectors(body)
         self.call(f"create index {name}", lambda: self.client.indices.create(index=name, body=body))
+
+    def _with_stored_vectors(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Keep vectors in ``_source`` (k-NN's "derived source" off) on OpenSearch 3.x.
+
+        3.x derives a vector's ``_source`` from the vector index by default. On 3.5 a
+        partial update of such a row (es-rag's access-only path: an ACL or metadata
+        change) fails for every row of a segment held in a compound file, with
+        ``already_closed_exception: Already closed: MemorySegmentIndexInput(...cfs)``
+        (reproduced: 40-section documents fail, 3-section ones pass). Stored vectors cost
+        disk but keep updates working. 2.x stores them anyway and lacks the setting.
+        """
+        if not _knn_engines_in(body.get("mappings", {}).get("properties", {})):
+            return body
+        version = self.probe_once().version_tuple
+        if version < (3,):
+            return body
+        body = copy.deepcopy(body)
+        index_settings = body.setdefault("settings", {}).setdefault("index", {})
+        index_settings["knn.derived_source.enabled"] = False
+        return body
 
     def delete_index(self, name: str) -> None:
         self.call(

@@ -1,18 +1,21 @@
 """The ingest-status index ``<alias>-status``: every document's latest outcome, and fences.
 
-Operators read it in Kibana (field names in ``mappings/status-v1.json`` are a contract);
-``es-rag status`` and ``es-rag requeue`` read it too. Two kinds of rows:
+Operators read it in Kibana (field names in ``mappings/status-v2.json`` are a contract);
+``es-rag status`` and ``es-rag requeue`` read it too. A document is its tenant plus its id
+(two tenants may both have ``handbook.md``), so rows are keyed by both:
 
-- ``kind: status``, ``_id`` = doc id: the latest outcome (queued, running, indexed,
-  skipped, failed) with error class and message, attempts, per-stage timings, worker, and
-  the payload, so a failed document can be requeued after a fix.
-- ``kind: fence``, ``_id`` = ``fence:<doc id>``: the newest version ever accepted, written
-  with ``version_type=external_gte`` so the server, atomically, refuses an older version
-  that arrives late (a redelivery of the same version passes).
+- ``kind: status``, ``_id`` = ``status_key(tenant, doc id)``: the latest outcome (queued,
+  running, indexed, skipped, failed) with error class and message, attempts, transient
+  retries, per-stage timings, worker, and the payload, so a failed document can be
+  requeued after a fix.
+- ``kind: fence``, ``_id`` = ``fence:<key>``: the newest version ever accepted for that
+  tenant's document, written with ``version_type=external_gte`` so the server, atomically,
+  refuses an older version that arrives late (a redelivery of the same version passes).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -21,6 +24,7 @@ from es_rag.engine.base import Engine
 from es_rag.engine.mapping import mappings_dir
 
 STATUSES = ("queued", "running", "indexed", "skipped", "failed")
+STATUS_MAPPING = "status-v2.json"
 
 
 def now_iso() -> str:
@@ -31,8 +35,21 @@ def status_index_name(alias: str) -> str:
     return f"{alias}-status"
 
 
+def status_key(tenant: str, doc_id: str) -> str:
+    """The row id of one tenant's document: fixed length whatever the id (paths are long)."""
+    key = json.dumps([tenant, doc_id], ensure_ascii=False)
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+
+
+def status_body() -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((mappings_dir() / STATUS_MAPPING).read_text(encoding="utf-8"))
+    body.pop("mapping_version", None)
+    body.pop("description", None)
+    return body
+
+
 class StatusIndex:
-    """Construction does no I/O; ``ensure`` creates the index once."""
+    """Construction does no I/O; ``ensure`` creates the index once (or adds new fields)."""
 
     def __init__(self, engine: Engine, alias: str) -> None:
         self.engine = engine
@@ -42,40 +59,47 @@ class StatusIndex:
     def ensure(self) -> None:
         if self._ready:
             return
+        body = status_body()
         if not self.engine.index_exists(self.name):
-            body = json.loads((mappings_dir() / "status-v1.json").read_text(encoding="utf-8"))
-            body.pop("mapping_version", None)
-            body.pop("description", None)
             try:
                 self.engine.create_index(self.name, body)
             except Exception:
                 if not self.engine.index_exists(self.name):  # lost a creation race: fine
                     raise
+        else:
+            # An index made from an older status mapping gains the new fields (additive).
+            self.engine.put_mapping(self.name, body["mappings"]["properties"])
         self._ready = True
 
     # --- status rows ---------------------------------------------------------------------
-    def record(self, doc_id: str, status: str, **fields: Any) -> None:
+    def record(self, tenant: str, doc_id: str, status: str, **fields: Any) -> None:
         """Write the document's latest outcome (whole row; the caller carries the payload)."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
         self.ensure()
-        row = {"kind": "status", "doc_id": doc_id, "status": status, "updated_at": now_iso()}
+        row = {
+            "kind": "status",
+            "tenant_id": tenant,
+            "doc_id": doc_id,
+            "status": status,
+            "updated_at": now_iso(),
+        }
         row.update({k: v for k, v in fields.items() if v is not None})
-        self.engine.put(self.name, doc_id, row)
+        self.engine.put(self.name, status_key(tenant, doc_id), row)
 
-    def get(self, doc_id: str) -> dict[str, Any] | None:
+    def get(self, tenant: str, doc_id: str) -> dict[str, Any] | None:
         self.ensure()
-        return self.engine.get(self.name, doc_id)
+        return self.engine.get(self.name, status_key(tenant, doc_id))
 
     def refresh(self) -> None:
         self.ensure()
         self.engine.refresh(self.name)
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, *, tenant: str | None = None) -> dict[str, int]:
         self.ensure()
         body = {
             "size": 0,
-            "query": {"term": {"kind": "status"}},
+            "query": {"bool": {"filter": _filters(tenant=tenant)}},
             "aggs": {"s": {"terms": {"field": "status", "size": len(STATUSES)}}},
         }
         resp = self.engine.search(self.name, body)
@@ -88,10 +112,11 @@ class StatusIndex:
         status: str | None = None,
         since: str | None = None,
         doc_ids: list[str] | None = None,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]]:
         """Status rows, newest first; ``since`` is a date or date math (``now-1h``)."""
         self.ensure()
-        filters: list[dict[str, Any]] = [{"term": {"kind": "status"}}]
+        filters = _filters(tenant=tenant)
         if status:
             filters.append({"term": {"status": status}})
         if since:
@@ -109,19 +134,10 @@ class StatusIndex:
         """
         cutoff = (datetime.now(timezone.utc) - timedelta(seconds=running_for_s)).isoformat()
         self.ensure()
-        body = {
-            "query": {
-                "bool": {
-                    "filter": [
-                        {"term": {"kind": "status"}},
-                        {"term": {"status": "running"}},
-                        {"range": {"started_at": {"lt": cutoff}}},
-                    ]
-                }
-            }
-        }
+        filters = _filters()
+        filters += [{"term": {"status": "running"}}, {"range": {"started_at": {"lt": cutoff}}}]
         expired = []
-        for hit in self.engine.scan(self.name, body):
+        for hit in self.engine.scan(self.name, {"query": {"bool": {"filter": filters}}}):
             row = hit["_source"]
             row.update(
                 status="failed",
@@ -131,23 +147,33 @@ class StatusIndex:
                 finished_at=now_iso(),
                 updated_at=now_iso(),
             )
-            self.engine.put(self.name, row["doc_id"], row)
+            self.engine.put(self.name, hit["_id"], row)
             expired.append(row["doc_id"])
         return expired
 
     # --- version fences ------------------------------------------------------------------
-    def fence(self, doc_id: str, version: int) -> bool:
+    def fence(self, tenant: str, doc_id: str, version: int) -> bool:
         """Accept ``version`` unless a newer one was accepted before (atomic, server-side)."""
         self.ensure()
         row = {
             "kind": "fence",
+            "tenant_id": tenant,
             "doc_id": doc_id,
             "doc_version": str(version),
             "updated_at": now_iso(),
         }
-        return self.engine.put(self.name, f"fence:{doc_id}", row, version=version)
+        return self.engine.put(
+            self.name, f"fence:{status_key(tenant, doc_id)}", row, version=version
+        )
 
-    def newest_version(self, doc_id: str) -> int | None:
+    def newest_version(self, tenant: str, doc_id: str) -> int | None:
         self.ensure()
-        row = self.engine.get(self.name, f"fence:{doc_id}")
+        row = self.engine.get(self.name, f"fence:{status_key(tenant, doc_id)}")
         return int(row["_version"]) if row else None
+
+
+def _filters(*, tenant: str | None = None) -> list[dict[str, Any]]:
+    filters: list[dict[str, Any]] = [{"term": {"kind": "status"}}]
+    if tenant is not None:
+        filters.append({"term": {"tenant_id": tenant}})
+    return filters

@@ -233,9 +233,22 @@ def opensearch_pipeline_name(
     return name
 
 
-def msearch_pair(index: str, bm25: dict[str, Any], knn: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``_msearch`` searches for client-side RRF: BM25 first, kNN second, one round trip."""
-    return [{"index": index}, bm25, {"index": index}, knn]
+def msearch_pair(
+    index: str,
+    bm25: dict[str, Any],
+    knn: dict[str, Any],
+    *,
+    search_type: str = "query_then_fetch",
+) -> list[dict[str, Any]]:
+    """The ``_msearch`` searches for client-side RRF: BM25 first, kNN second, one round trip.
+
+    ``dfs_query_then_fetch`` (BM25 only: it is about term statistics) makes a multi-shard
+    index score BM25 as one shard would.
+    """
+    header: dict[str, Any] = {"index": index}
+    if search_type != "query_then_fetch":
+        header["search_type"] = search_type
+    return [header, bm25, {"index": index}, knn]
 
 
 def native_rrf_body(

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from es_rag.acl import acl_filter, make_caller
+from es_rag.acl import acl_filter, identity_policy, make_caller, normalize_caller
 from es_rag.analysis import TextAnalyzer
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
@@ -88,6 +88,18 @@ class Searcher(Parts):
                     f"the index was analysed with {contract.analyzer_version!r} but this query "
                     f"would use {self.analyzer.version!r}; BM25 terms would not match"
                 )
+            identity = identity_policy(self.settings.principal_case_sensitive)
+            if contract.identity != identity:
+                # A deny entry written in another form would not match this caller.
+                raise IndexContractError(
+                    f"the index's tenants and principals are in the form {contract.identity!r}"
+                    f", this configuration writes and asks in {identity!r}"
+                    + (
+                        "; run `es-rag upgrade-index` once"
+                        if contract.identity == "exact"
+                        else " (ES_RAG_PRINCIPAL_CASE_SENSITIVE differs)"
+                    )
+                )
             self._contract = contract
         return self._contract
 
@@ -149,11 +161,14 @@ class Searcher(Parts):
         ``rerank`` (default: on when a reranker is configured) reorders the top
         ``rerank_window`` candidates; a failing or slow reranker leaves the fused order.
         """
+        s = self.settings
         if caller is None:
             if tenant is None:
                 raise ConfigurationError("search needs a tenant (or a Caller)")
-            caller = make_caller(tenant, users=principals)
-        s = self.settings
+            caller = make_caller(
+                tenant, users=principals, case_sensitive=s.principal_case_sensitive
+            )
+        caller = normalize_caller(caller, case_sensitive=s.principal_case_sensitive)
         k = k or s.k
         if k < 1:
             raise ConfigurationError("k must be >= 1")
@@ -186,7 +201,7 @@ class Searcher(Parts):
                 content_boost=s.content_boost,
                 title_boost=s.title_boost,
             )
-            hits = self._single(self._search(body, acl, highlight), "bm25")
+            hits = self._single(self._search(body, acl, highlight, bm25=True), "bm25")
         elif name == "knn":
             body = self._knn_body(
                 vector,
@@ -214,7 +229,8 @@ class Searcher(Parts):
             )
             if highlight:
                 bm25["highlight"] = knn["highlight"] = highlight
-            responses = self._msearch(build.msearch_pair(s.index, bm25, knn), acl)
+            searches = build.msearch_pair(s.index, bm25, knn, search_type=s.search_type)
+            responses = self._msearch(searches, acl)
             timings["search"] = _ms(t0)
             t0 = time.perf_counter()
             hits = self._client_fuse(responses, window=window, method=name)[:depth]
@@ -358,7 +374,9 @@ class Searcher(Parts):
         itself could not have returned (a parent or neighbour of a readable chunk carries the
         same ACL, but a stale id or a changed ACL must not leak).
         """
-        acl = acl_filter(caller)
+        acl = acl_filter(
+            normalize_caller(caller, case_sensitive=self.settings.principal_case_sensitive)
+        )
         should: list[dict[str, Any]] = []
         if ids:
             should.append({"ids": {"values": list(ids)}})
@@ -396,10 +414,13 @@ class Searcher(Parts):
         highlight: dict[str, Any] | None,
         *,
         params: dict[str, Any] | None = None,
+        bm25: bool = False,
     ) -> dict[str, Any]:
         if highlight:
             body["highlight"] = highlight
         check_body(body, acl)
+        if bm25 and self.settings.search_type != "query_then_fetch":
+            params = {**(params or {}), "search_type": self.settings.search_type}
         return self.engine.search(self.settings.index, body, params=params)
 
     def _msearch(self, searches: list[dict[str, Any]], acl: dict[str, Any]) -> list[dict[str, Any]]:

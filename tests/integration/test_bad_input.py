@@ -569,7 +569,7 @@ def test_queue_fails_poison_documents_once_and_the_worker_indexes_the_next(
         assert proc.returncode == 1, detail
         status = Ingestor(settings_of(queue_env)).status
         status.refresh()
-        rows = {key: status.get(key) for key in (heavy, bomb, good)}
+        rows = {key: status.get("t", key) for key in (heavy, bomb, good)}
         for key, error_type, reason in (
             (heavy, "ParseLimitError", f"CPU limit ({CPU_S} s)"),
             (bomb, "DocumentTooLargeError", "zip bomb"),

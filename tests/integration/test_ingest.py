@@ -216,7 +216,7 @@ def test_delete_document(
     ingestor = ingestor_for(settings)
     done = ingestor.ingest(Document(doc_id="gone", text=long_text("x", 4), acl=ACL), refresh=True)
     n = done.chunks + done.parents
-    assert ingestor.delete_document("gone") == n
+    assert ingestor.delete_document("gone", tenant="acme") == n
     assert rows(engine, settings.index, "gone") == []
 
 

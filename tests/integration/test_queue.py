@@ -50,6 +50,7 @@ def env(
         "ES_RAG_TASK_SOFT_TIME_LIMIT": "12",
         "ES_RAG_TASK_TIME_LIMIT": "15",
         "ES_RAG_VISIBILITY_TIMEOUT": "20",
+        "ES_RAG_WORKER_LEASE_SECONDS": "6",
         "HF_HUB_OFFLINE": "1",
     }
     yield values
@@ -123,16 +124,23 @@ def settings_of(env: dict[str, str]) -> Settings:
     return Settings(**keys)
 
 
-def wait_status(env: dict[str, str], doc_id: str, wanted: set[str], timeout: float = 180) -> dict:
+def wait_status(
+    env: dict[str, str],
+    doc_id: str,
+    wanted: set[str],
+    timeout: float = 180,
+    tenant: str = "acme",
+) -> dict:
     status = Ingestor(settings_of(env)).status
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status.refresh()
-        row = status.get(doc_id)
+        row = status.get(tenant, doc_id)
         if row and row["status"] in wanted:
             return row
         time.sleep(0.5)
-    raise AssertionError(f"{doc_id} never reached {wanted}; last row: {status.get(doc_id)}")
+    last = status.get(tenant, doc_id)
+    raise AssertionError(f"{doc_id} never reached {wanted}; last row: {last}")
 
 
 def big_document(path: Path, paragraphs: int = 120) -> Path:
@@ -193,7 +201,7 @@ def test_a_folder_through_the_queue_with_a_poison_document(
     assert "UnsupportedFormat" not in failed["b-poison.txt"]["error"]
     assert "binary" in failed["b-poison.txt"]["error"]
 
-    row = Ingestor(settings_of(env)).status.get(str(folder / "a-refunds.md"))
+    row = Ingestor(settings_of(env)).status.get("acme", str(folder / "a-refunds.md"))
     assert row and row["worker"] and row["timings_ms"]["embed"] > 0 and row["chunks"] >= 1
     assert row["payload"]["tenant"] == "acme"
 
@@ -238,7 +246,7 @@ def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
     wait_status(env, "big", {"running"}, timeout=60)
     time.sleep(1.0)  # inside the embedding of ~120 chunks
     first.kill9()
-    assert Ingestor(settings_of(env)).status.get("big")["status"] == "running"  # type: ignore[index]
+    assert Ingestor(settings_of(env)).status.get("acme", "big")["status"] == "running"  # type: ignore[index]
 
     workers(env)  # a new worker; Redis hands the unacknowledged task back after 20 s
     row = wait_status(env, "big", {"indexed", "failed", "skipped"}, timeout=240)
@@ -458,10 +466,12 @@ def test_sync_directory_mirrors_a_folder(
     assert second == {"enqueued": 1, "deleted": 1}
     ingestor = Ingestor(settings)
     deadline = time.monotonic() + 60
-    while str(folder / "gone.md") in ingestor.index.doc_ids() and time.monotonic() < deadline:
+    while str(folder / "gone.md") in ingestor.index.doc_ids(tenant="acme") and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.5)
         ingestor.index.refresh()
-    assert ingestor.index.doc_ids(prefix=str(folder)) == {str(folder / "keep.md")}
+    assert ingestor.index.doc_ids(tenant="acme", prefix=str(folder)) == {str(folder / "keep.md")}
 
     # An ACL change through the worker: access fields only, visible at once.
     keep = str(folder / "keep.md")
@@ -510,7 +520,7 @@ def test_split_parse_and_embed_queues_with_the_celery_command(
         proc = cli(split, "ingest", "--queue", str(doc), "--tenant", "acme", "--public", "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["results"][0]["status"] == "indexed"
-        row = Ingestor(settings_of(split)).status.get(str(doc))
+        row = Ingestor(settings_of(split)).status.get("acme", str(doc))
         assert row and row["timings_ms"]["parse"] > 0 and row["timings_ms"]["embed"] > 0
         parse_log, embed_log = (log.read_text() for _, log in procs)
         # "Task <name>[<id>] received": which worker ran which half
@@ -525,15 +535,15 @@ def test_split_parse_and_embed_queues_with_the_celery_command(
 def test_a_running_row_past_the_hard_limit_becomes_failed_timeout(env: dict[str, str]) -> None:
     ingestor = Ingestor(settings_of(env))
     status = ingestor.status
-    status.record("stuck", "running", started_at="2020-01-01T00:00:00+00:00", attempts=1)
-    status.record("fresh", "running", started_at=datetime_now(), attempts=1)
+    status.record("acme", "stuck", "running", started_at="2020-01-01T00:00:00+00:00", attempts=1)
+    status.record("acme", "fresh", "running", started_at=datetime_now(), attempts=1)
     status.refresh()
     assert status.expire(running_for_s=60) == ["stuck"]
     status.refresh()
-    stuck = status.get("stuck")
+    stuck = status.get("acme", "stuck")
     assert stuck and stuck["status"] == "failed" and stuck["error_type"] == "TimeoutError"
     assert stuck["error"].startswith("timeout")
-    assert status.get("fresh")["status"] == "running"  # type: ignore[index]
+    assert status.get("acme", "fresh")["status"] == "running"  # type: ignore[index]
     out = json.loads(cli(env, "status", "--json").stdout)
     assert out["counts"]["failed"] == 1 and out["failed"][0]["doc_id"] == "stuck"
 
@@ -555,8 +565,8 @@ def test_a_dead_redis_is_one_clear_line_and_the_document_is_marked(
     proc = cli(dead, "ingest", "--queue", str(doc), "--tenant", "acme", "--public")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    assert "EngineUnavailableError: cannot enqueue: Redis" in lines[0]
-    row = Ingestor(settings_of(dead)).status.get(str(doc))
+    assert "QueueUnavailableError: cannot enqueue: Redis" in lines[0]
+    row = Ingestor(settings_of(dead)).status.get("acme", str(doc))
     assert row and row["status"] == "failed" and row["payload"]["path"] == str(doc.resolve())
 
 
@@ -578,7 +588,7 @@ def test_the_soft_time_limit_fails_the_document_as_a_timeout(
         assert proc.returncode == 1, proc.stderr
         (result,) = json.loads(proc.stdout)["results"]
         assert result["status"] == "failed" and result["error"].startswith("timeout")
-        row = Ingestor(settings_of(limited)).status.get("slow")
+        row = Ingestor(settings_of(limited)).status.get("acme", "slow")
         assert row and row["error_type"] == "TimeoutError"
         assert worker.alive()
     finally:

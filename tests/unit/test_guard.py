@@ -105,3 +105,80 @@ def test_msearch_second_body_broken() -> None:
         check_msearch(searches, ACL)
     with pytest.raises(AclGuardError, match="pairs"):
         check_msearch(searches[:3], ACL)
+
+
+def _with(**extra: Any) -> dict[str, Any]:
+    return {**bodies()["bm25"], **extra}
+
+
+# Keys and aggregations that read past the query (and so past the ACL), or that the guard
+# does not know: all refused before anything is sent.
+REACHES_AROUND = {
+    "global aggregation": _with(
+        aggs={"all": {"global": {}, "aggs": {"t": {"terms": {"field": "tenant_id"}}}}}
+    ),
+    "global nested under a terms": _with(
+        aggs={"by": {"terms": {"field": "doc_id"}, "aggs": {"all": {"global": {}}}}}
+    ),
+    "significant_terms": _with(aggs={"s": {"significant_terms": {"field": "content_terms"}}}),
+    "significant_text": _with(aggs={"s": {"significant_text": {"field": "content"}}}),
+    "terms with min_doc_count 0": _with(
+        aggs={"t": {"terms": {"field": "doc_id", "min_doc_count": 0}}}
+    ),
+    "scripted metric": _with(aggs={"m": {"scripted_metric": {"map_script": "x"}}}),
+    "a script inside terms": _with(aggs={"t": {"terms": {"script": {"source": "1"}}}}),
+    "suggest": _with(suggest={"s": {"text": "x", "term": {"field": "content"}}}),
+    "runtime field shadowing tenant_id": _with(
+        runtime_mappings={"tenant_id": {"type": "keyword", "script": "emit('acme')"}}
+    ),
+    "collapse": _with(collapse={"field": "doc_id"}),
+    "profile": _with(profile=True),
+    "script fields": _with(script_fields={"f": {"script": "1"}}),
+    "script sort": _with(sort=[{"_script": {"type": "number", "script": "1"}}]),
+    "unknown key": _with(rank={"rrf": {}}),
+    "two aggregation types": _with(
+        aggs={"t": {"terms": {"field": "doc_id"}, "max": {"field": "ordinal"}}}
+    ),
+    "top_hits with script fields": _with(
+        aggs={"h": {"top_hits": {"script_fields": {"f": {"script": "1"}}}}}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REACHES_AROUND))
+def test_bodies_that_reach_around_the_acl_are_refused(case: str) -> None:
+    with pytest.raises(AclGuardError, match="refusing"):
+        check_body(REACHES_AROUND[case], ACL)
+
+
+def test_aggregations_over_the_callers_rows_pass() -> None:
+    check_body(
+        _with(
+            size=0,
+            track_total_hits=True,
+            post_filter={"term": {"mime_type": "text/markdown"}},
+            sort=[{"updated_at": "desc"}, "_score"],
+            aggs={
+                "types": {
+                    "terms": {"field": "mime_type", "size": 10},
+                    "aggs": {
+                        "pages": {"max": {"field": "page_end"}},
+                        "top": {"top_hits": {"size": 1, "_source": ["title"]}},
+                    },
+                },
+                "by_day": {"date_histogram": {"field": "updated_at", "calendar_interval": "day"}},
+                "docs": {"cardinality": {"field": "doc_id"}},
+                "recent": {"filter": {"range": {"updated_at": {"gte": "now-30d"}}}},
+            },
+        ),
+        ACL,
+    )
+
+
+def test_msearch_headers_are_allow_listed() -> None:
+    b = bodies()
+    ok = build.msearch_pair("idx", b["bm25"], b["knn"], search_type="dfs_query_then_fetch")
+    assert ok[0]["search_type"] == "dfs_query_then_fetch" and "search_type" not in ok[2]
+    check_msearch(ok, ACL)
+    with pytest.raises(AclGuardError, match="header 0"):
+        check_msearch([{"index": "idx", "ignore_unavailable": True}, b["bm25"]], ACL)

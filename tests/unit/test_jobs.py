@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 
+import kombu.exceptions
 import pytest
 import redis
 from pydantic import ValidationError
@@ -14,11 +15,14 @@ from es_rag.config import Settings
 from es_rag.errors import (
     AccessControlError,
     BulkIndexingError,
+    BulkRejectedError,
     DimensionMismatchError,
     EmbeddingError,
+    EmbeddingUnavailableError,
     EngineUnavailableError,
     IndexBlockedError,
     InputError,
+    QueueUnavailableError,
     UnsupportedFormatError,
 )
 from es_rag.pipeline import acl_hash, fence_version
@@ -32,7 +36,12 @@ pytestmark = pytest.mark.unit
     [
         (EngineUnavailableError("bulk write: search server unreachable"), True),
         (redis.exceptions.ConnectionError("reset"), True),
-        (EmbeddingError("openai embedding: server unreachable after 5 attempts"), True),
+        (EmbeddingUnavailableError("embedding server down after 6 attempts: HTTP 503"), True),
+        (QueueUnavailableError("cannot enqueue: Redis at redis://x unreachable"), True),
+        (BulkRejectedError("indexing d: 2 chunk(s) failed", [{"chunk_id": "c"}]), True),
+        (kombu.exceptions.OperationalError("connection refused"), True),
+        # A type, not a message: words in a permanent error never make it transient.
+        (EmbeddingError("server unreachable, timed out"), False),
         (EmbeddingError("model returned NaN"), False),
         (UnsupportedFormatError("x.pdf: unsupported"), False),
         (InputError("empty document"), False),

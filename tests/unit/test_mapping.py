@@ -121,3 +121,24 @@ def test_contract_roundtrip_and_differences() -> None:
 
 def test_mappings_dir_is_the_repo_folder() -> None:
     assert (mappings_dir() / "elasticsearch-chunks-v1.json").is_file()
+
+
+def test_an_index_from_before_tenant_ids_reads_as_id_version_1() -> None:
+    """Indexes written before ids carried the tenant have no id_version or identity in
+    _meta: they read as version 1 with identities kept exactly, so writers refuse them."""
+    old = {k: v for k, v in CONTRACT.to_meta().items() if k not in ("id_version", "identity")}
+    contract = IndexContract.from_meta(old)
+    assert contract is not None
+    assert (contract.id_version, contract.identity) == (1, "exact")
+    assert (CONTRACT.id_version, CONTRACT.identity) == (2, "nfc-casefold")
+
+
+def test_chunk_ids_belong_to_a_tenant() -> None:
+    from es_rag.pipeline import chunk_id
+
+    a = chunk_id("acme", "handbook.md", "v1", "child", 0)
+    assert a == chunk_id("acme", "handbook.md", "v1", "child", 0)  # deterministic
+    assert a != chunk_id("globex", "handbook.md", "v1", "child", 0)
+    # Parts are encoded, not joined: no two (doc id, version) pairs share an id.
+    assert chunk_id("a", "b\x00c", "v", "child", 0) != chunk_id("a", "b", "c\x00v", "child", 0)
+    assert chunk_id("a", "b:c", "v", "child", 0) != chunk_id("a:b", "c", "v", "child", 0)

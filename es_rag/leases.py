@@ -1,0 +1,222 @@
+"""Worker leases: a dead worker's tasks go back to the queue within a lease; a live one's never.
+
+Redis redelivers an unacknowledged message only after the broker's visibility timeout,
+which must outlast the longest task (the hard time limit plus a margin: 20 minutes by
+default). So a worker killed with SIGKILL, or a host that vanished, leaves the task it was
+running *and* the tasks it had reserved waiting that long while other workers sit idle.
+
+Each worker's consumer process therefore keeps a lease in Redis while it lives:
+
+- ``es-rag:lease:<worker>`` (JSON: host, pids of its pool processes, queues) with a TTL of
+  one lease, renewed every quarter lease and at once when a task arrives;
+- ``es-rag:lease:<worker>:tags``, the delivery tags of the messages it holds (running,
+  reserved, or waiting for a retry's countdown), rewritten at every renewal;
+- ``es-rag:leases``, the set of workers that ever held a lease.
+
+Every live worker also watches the others. A worker whose lease key has been *continuously*
+absent for a whole lease, as seen by a watcher that could reach Redis the whole time, is
+dead: its tags are handed back to their queues with kombu's own transactional restore
+(the same one the visibility timeout uses, so a message is restored once even if two
+watchers act together) and its registry entries are removed.
+
+A live worker is never mistaken for a dead one by a Redis outage: its lease keys may
+expire while Redis is down, but a watcher forgets what it saw at any Redis error, and
+every live worker renews within a quarter lease of Redis coming back. (A worker that can
+reach the search server but not Redis for longer than a lease cannot acknowledge its task
+either; its task may then run twice, which ingestion's deterministic ids make harmless.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+REGISTRY = "es-rag:leases"
+PREFIX = "es-rag:lease:"
+TAGS_TTL_S = 7 * 24 * 3600  # a dead worker's tags outlive it until a watcher hands them back
+
+
+def lease_key(worker: str) -> str:
+    return f"{PREFIX}{worker}"
+
+
+def tags_key(worker: str) -> str:
+    return f"{PREFIX}{worker}:tags"
+
+
+class Leases:
+    """The lease records in Redis (``client``: a redis-py client). No threads here."""
+
+    def __init__(self, client: Any, *, lease_s: float) -> None:
+        self.client = client
+        self.lease_s = lease_s
+
+    def renew(self, worker: str, info: dict[str, Any], tags: Iterable[str]) -> None:
+        held = sorted(set(tags))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(lease_key(worker), json.dumps(info), ex=max(1, round(self.lease_s)))
+        pipe.sadd(REGISTRY, worker)
+        pipe.delete(tags_key(worker))
+        if held:
+            pipe.sadd(tags_key(worker), *held)
+            pipe.expire(tags_key(worker), TAGS_TTL_S)
+        pipe.execute()
+
+    def release(self, worker: str) -> None:
+        """A worker that shut down cleanly (its messages were acked or restored by kombu)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(lease_key(worker), tags_key(worker))
+        pipe.srem(REGISTRY, worker)
+        pipe.execute()
+
+    def workers(self) -> list[str]:
+        return sorted(_text(w) for w in self.client.smembers(REGISTRY))
+
+    def live(self) -> dict[str, dict[str, Any]]:
+        """Workers holding a lease now, with what they said about themselves."""
+        out: dict[str, dict[str, Any]] = {}
+        for worker in self.workers():
+            raw = self.client.get(lease_key(worker))
+            if raw is not None:
+                out[worker] = json.loads(_text(raw))
+        return out
+
+    def held_by(self, worker: str) -> list[str]:
+        return sorted(_text(t) for t in self.client.smembers(tags_key(worker)))
+
+    def forget(self, worker: str) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(tags_key(worker))
+        pipe.srem(REGISTRY, worker)
+        pipe.execute()
+
+
+def live_processes(live: dict[str, dict[str, Any]]) -> set[str]:
+    """``host:pid`` of every process of a live worker (what status rows' ``worker`` holds)."""
+    out: set[str] = set()
+    for info in live.values():
+        host = info.get("host", "")
+        out.update(f"{host}:{pid}" for pid in info.get("pids", []))
+    return out
+
+
+class Watcher:
+    """Decides, from successive looks at the registry, which workers are dead."""
+
+    def __init__(self, leases: Leases, *, me: str) -> None:
+        self.leases = leases
+        self.me = me
+        self._absent_since: dict[str, float] = {}
+
+    def forget_sightings(self) -> None:
+        """After a Redis error nothing seen before counts: leases may have lapsed while
+        Redis was away, and their owners have not had a chance to renew yet."""
+        self._absent_since.clear()
+
+    def dead(self, now: float) -> list[str]:
+        found = []
+        for worker in self.leases.workers():
+            if worker == self.me:
+                continue
+            if self.leases.client.exists(lease_key(worker)):
+                self._absent_since.pop(worker, None)
+                continue
+            first = self._absent_since.setdefault(worker, now)
+            if now - first >= self.leases.lease_s:
+                found.append(worker)
+        return found
+
+    def reap(self, worker: str, restore: Callable[[str], None]) -> int:
+        """Hand a dead worker's messages back to their queues; returns how many."""
+        tags = self.leases.held_by(worker)
+        for tag in tags:
+            restore(tag)
+        self.leases.forget(worker)
+        self._absent_since.pop(worker, None)
+        return len(tags)
+
+
+class LeaseKeeper(threading.Thread):
+    """The consumer process's lease: renews it, and reaps dead workers' messages.
+
+    A thread of its own, because a ``solo`` worker runs tasks on its main thread and
+    would otherwise stop renewing for as long as a document takes.
+    """
+
+    def __init__(
+        self,
+        leases: Leases,
+        *,
+        worker: str,
+        held_tags: Callable[[], Iterable[str]],
+        pids: Callable[[], list[int]],
+        restore: Callable[[str], None],
+        queues: list[str],
+    ) -> None:
+        super().__init__(name="es-rag-lease", daemon=True)
+        self.leases = leases
+        self.worker = worker
+        self.held_tags = held_tags
+        self.pids = pids
+        self.restore = restore
+        self.queues = queues
+        self.watcher = Watcher(leases, me=worker)
+        self.wake = threading.Event()
+        self._stop = threading.Event()
+        self.reaped: dict[str, int] = {}
+
+    def run(self) -> None:
+        interval = self.leases.lease_s / 4
+        while not self._stop.is_set():
+            try:
+                self.tick(time.monotonic())
+            except Exception as exc:  # Redis away: keep trying, trust nothing seen so far
+                self.watcher.forget_sightings()
+                log.warning("worker lease: %s: %s", type(exc).__name__, exc)
+            self.wake.wait(interval)
+            self.wake.clear()
+
+    def tick(self, now: float) -> None:
+        info = {
+            "host": socket.gethostname(),
+            "pids": sorted(set(self.pids())),
+            "queues": self.queues,
+            "renewed_at": time.time(),
+        }
+        self.leases.renew(self.worker, info, self.held_tags())
+        for dead in self.watcher.dead(now):
+            count = self.watcher.reap(dead, self.restore)
+            self.reaped[dead] = count
+            log.warning("worker %s is gone: %d of its tasks handed back to the queue", dead, count)
+
+    def stop(self) -> None:
+        """Stop renewing and give the lease up (a clean shutdown: kombu has acknowledged
+        or restored every message this worker held)."""
+        self._stop.set()
+        self.wake.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        try:
+            self.leases.release(self.worker)
+        except Exception as exc:  # shutting down: the lease will simply lapse
+            log.warning("worker lease release: %s", exc)
+
+
+def new_worker_id() -> str:
+    """host:pid plus a random part: a restarted container reuses its host name and pid 1,
+    and must not take over (and overwrite) the lease of the worker it replaces."""
+    import os
+    import uuid
+
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
