@@ -169,12 +169,12 @@ class LeaseKeeper(threading.Thread):
         self.queues = queues
         self.watcher = Watcher(leases, me=worker)
         self.wake = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.reaped: dict[str, int] = {}
 
     def run(self) -> None:
         interval = self.leases.lease_s / 4
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 self.tick(time.monotonic())
             except Exception as exc:  # Redis away: keep trying, trust nothing seen so far
@@ -199,7 +199,7 @@ class LeaseKeeper(threading.Thread):
     def stop(self) -> None:
         """Stop renewing and give the lease up (a clean shutdown: kombu has acknowledged
         or restored every message this worker held)."""
-        self._stop.set()
+        self._halt.set()
         self.wake.set()
         if self.is_alive():
             self.join(timeout=10)

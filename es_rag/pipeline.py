@@ -183,6 +183,8 @@ class Ingestor(Parts):
         out: list[IngestResult | EsRagError | None] = [None] * len(docs)
         plans: list[_Plan] = []
         emb_version = self.embedder.embedding_version
+        keys = [(self._tenant(doc), doc.doc_id) for doc in docs]
+        last = {key: i for i, key in enumerate(keys)}
         for i, doc in enumerate(docs):
             try:
                 plan = self._plan(i, doc)
@@ -190,6 +192,10 @@ class Ingestor(Parts):
                 out[i] = exc
                 continue
             tenant, doc_id = plan.doc.acl.tenant_id, plan.doc.doc_id
+            if last[keys[i]] != i:
+                # The same document again further on in this batch: that one is the newest.
+                out[i] = plan.result("skipped", reason="superseded")
+                continue
             if plan.fence is not None and not self.status.fence(tenant, doc_id, plan.fence):
                 newest = self.status.newest_version(tenant, doc_id)
                 out[i] = plan.result("skipped", reason="stale-version")
@@ -221,6 +227,14 @@ class Ingestor(Parts):
         if refresh:
             self.index.refresh()
         return [o for o in out if o is not None]
+
+    def _tenant(self, doc: Document) -> str:
+        try:
+            return normalize_tenant(
+                doc.acl.tenant_id, case_sensitive=self.settings.principal_case_sensitive
+            )
+        except EsRagError:
+            return doc.acl.tenant_id  # reported by the document's own plan
 
     def _rewrite_access(self, plan: _Plan, state: DocState) -> IngestResult:
         """The access-only path shared by ``ingest`` and ``update_acl``: every row of the

@@ -41,6 +41,15 @@ ENGINES = [
 ]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long",
+        action="store_true",
+        default=False,
+        help="soak mode: the leak and fault suites run their long versions",
+    )
+
+
 def missing(reason: str) -> NoReturn:
     """Fail in CI (a required resource is absent), skip on a developer machine."""
     if IN_CI:

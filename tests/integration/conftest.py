@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -82,3 +84,28 @@ def searcher_for(
         return Searcher(settings, client=engine, embedder=embedder, analyzer=analyzer)
 
     return factory
+
+
+@pytest.fixture
+def env(
+    es_url: str, redis_url: str, minilm_path: str, engine: Engine, engine_name: str
+) -> Iterator[dict[str, str]]:
+    values = {
+        **os.environ,
+        "ES_RAG_ES_URL": es_url,
+        "ES_RAG_ENGINE": engine_name,
+        "ES_RAG_REDIS_URL": redis_url,
+        "ES_RAG_INDEX": unique_index("queue"),
+        "ES_RAG_QUEUE": f"test-{uuid.uuid4().hex[:8]}",
+        "ES_RAG_EMBEDDING_MODEL": minilm_path,
+        "ES_RAG_CHUNK_SIZE": "120",
+        "ES_RAG_CHUNK_OVERLAP": "20",
+        "ES_RAG_TASK_SOFT_TIME_LIMIT": "12",
+        "ES_RAG_TASK_TIME_LIMIT": "15",
+        "ES_RAG_VISIBILITY_TIMEOUT": "20",
+        "ES_RAG_WORKER_LEASE_SECONDS": "6",
+        "HF_HUB_OFFLINE": "1",
+    }
+    yield values
+    drop_alias(engine, values["ES_RAG_INDEX"])
+    engine.delete_index(f"{values['ES_RAG_INDEX']}-status")

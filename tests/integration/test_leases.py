@@ -1,0 +1,209 @@
+"""Worker leases on a real Redis: a dead worker's messages come back within a lease.
+
+The first tests drive the lease records and the watcher directly against Redis and kombu's
+own Redis transport (a message taken without an ack sits in kombu's ``unacked`` hash, as a
+worker's do). The last one kills a real worker process mid-run and measures how long its
+reserved and running tasks take to reach a new worker, with a broker visibility timeout
+far longer than the test, so only the leases can explain a quick recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kombu import Connection, Exchange, Queue
+
+from es_rag.leases import LeaseKeeper, Leases, Watcher, lease_key, live_processes
+from es_rag.pipeline import Ingestor
+from tests.integration.test_queue import Worker, cli, settings_of
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def taken(redis_url: str) -> Iterator[tuple[Any, str, str]]:
+    """A message taken from a fresh queue without an ack: (channel, delivery tag, queue)."""
+    name = f"lease-test-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, Exchange(name, type="direct"), routing_key=name)
+    with Connection(redis_url, transport_options={"visibility_timeout": 3600}) as conn:
+        conn.Producer().publish(
+            {"n": 1}, exchange=queue.exchange, routing_key=name, declare=[queue]
+        )
+        channel = conn.channel()
+        message = queue(channel).get(no_ack=False)
+        assert message is not None
+        yield channel, message.delivery_tag, name
+        queue(channel).delete()
+
+
+def test_a_dead_workers_messages_go_back_after_one_lease(
+    client: redis.Redis, taken: tuple[Any, str, str]
+) -> None:
+    channel, tag, queue = taken
+    assert client.hexists("unacked", tag) and client.llen(queue) == 0
+    worker = f"dead-{uuid.uuid4().hex[:6]}"
+    leases = Leases(client, lease_s=1.0)
+    leases.renew(worker, {"host": "h", "pids": [1]}, [tag])
+    assert leases.held_by(worker) == [tag] and worker in leases.live()
+
+    watcher = Watcher(leases, me="watcher")
+    t0 = time.monotonic()
+    # (Other tests' dead workers may be in the registry too: only ours is looked at.)
+    assert worker not in watcher.dead(t0)  # alive
+    time.sleep(1.3)  # the lease lapses (its owner stopped renewing)
+    assert worker not in leases.live()
+    now = time.monotonic()
+    assert worker not in watcher.dead(now)  # absent once: not yet a full lease of absence
+    assert worker not in watcher.dead(now + 0.5)
+    assert worker in watcher.dead(now + 1.0)
+    assert watcher.reap(worker, channel.qos.restore_by_tag) == 1
+    assert client.llen(queue) == 1 and not client.hexists("unacked", tag)  # back in the queue
+    assert worker not in leases.workers() and leases.held_by(worker) == []
+
+
+def test_a_live_worker_is_never_reaped_and_a_redis_error_forgets_what_was_seen(
+    client: redis.Redis, taken: tuple[Any, str, str]
+) -> None:
+    _channel, tag, queue = taken
+    worker = f"live-{uuid.uuid4().hex[:6]}"
+    leases = Leases(client, lease_s=1.0)
+    watcher = Watcher(leases, me="watcher")
+    start = time.monotonic()
+    for i in range(8):  # renewing faster than the lease: never dead, whatever the clock says
+        leases.renew(worker, {"host": "h", "pids": [2]}, [tag])
+        assert worker not in watcher.dead(start + i)
+        time.sleep(0.3)
+    # Seen absent, then Redis fails: nothing seen before counts any more.
+    client.delete(lease_key(worker))
+    now = time.monotonic()
+    assert worker not in watcher.dead(now)
+    watcher.forget_sightings()
+    assert worker not in watcher.dead(now + 1.5)  # a new first sighting, not a full lease
+    assert client.hexists("unacked", tag) and client.llen(queue) == 0
+    leases.forget(worker)
+
+
+def test_the_keeper_thread_renews_and_reaps(
+    client: redis.Redis, taken: tuple[Any, str, str]
+) -> None:
+    channel, tag, queue = taken
+    dead = f"dead-{uuid.uuid4().hex[:6]}"
+    Leases(client, lease_s=1.0).renew(dead, {"host": "h", "pids": [3]}, [tag])
+    keeper = LeaseKeeper(
+        Leases(client, lease_s=1.0),
+        worker=f"keeper-{uuid.uuid4().hex[:6]}",
+        held_tags=lambda: ["own-tag"],
+        pids=lambda: [4, 5],
+        restore=channel.qos.restore_by_tag,
+        queues=[queue],
+    )
+    keeper.start()
+    try:
+        deadline = time.monotonic() + 10
+        while dead not in keeper.reaped and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert keeper.reaped.get(dead) == 1
+        assert client.llen(queue) == 1
+        live = Leases(client, lease_s=1.0).live()
+        assert live[keeper.worker]["pids"] == [4, 5]
+        assert {"h:4", "h:5"} >= live_processes({keeper.worker: {"host": "h", "pids": [4, 5]}})
+        assert Leases(client, lease_s=1.0).held_by(keeper.worker) == ["own-tag"]
+    finally:
+        keeper.stop()
+    assert keeper.worker not in Leases(client, lease_s=1.0).workers()  # released on stop
+
+
+@pytest.fixture
+def lease_env(env: dict[str, str]) -> dict[str, str]:
+    # A visibility timeout far beyond the test: only leases can bring tasks back in time.
+    return {
+        **env,
+        "ES_RAG_VISIBILITY_TIMEOUT": "1800",
+        "ES_RAG_TASK_SOFT_TIME_LIMIT": "600",
+        "ES_RAG_TASK_TIME_LIMIT": "900",
+        "ES_RAG_WORKER_LEASE_SECONDS": "6",
+    }
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    started: list[Worker] = []
+
+    def start(env: dict[str, str], pool: str = "solo") -> Worker:
+        w = Worker(env, tmp_path / f"worker-{len(started)}.log", pool=pool)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def test_a_killed_workers_tasks_reach_a_new_worker_within_a_lease(
+    lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(80):
+        (folder / f"doc-{i:02d}.md").write_text(
+            f"# Note {i}\n\nThe value of item {i} is {i * 7}.\n"
+        )
+    first = workers(lease_env, pool="prefork")
+    proc = cli(
+        lease_env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public"
+    )
+    assert proc.returncode == 0, proc.stderr
+    status = Ingestor(settings_of(lease_env)).status
+    keys = [str(p) for p in sorted(folder.iterdir())]
+
+    def finished() -> int:
+        status.refresh()
+        return sum(
+            r["status"] in ("indexed", "skipped", "failed") for r in status.rows(tenant="acme")
+        )
+
+    deadline = time.monotonic() + 120
+    while finished() < 10:
+        assert time.monotonic() < deadline, "the first worker made no progress"
+        time.sleep(0.3)
+    first.kill9()
+    killed_at = time.monotonic()
+    done_at_kill = finished()
+    assert done_at_kill < len(keys)
+
+    # No live worker yet: once the lease lapses, status names what the dead one held.
+    time.sleep(7)
+    report = json.loads(cli(lease_env, "status", "--json").stdout)
+    assert report["workers"] == 0
+    assert report["awaiting_redelivery"] >= 1 or report["orphaned"], report
+    assert all(o["tenant"] == "acme" for o in report["orphaned"])
+
+    workers(lease_env)  # a new worker: it sees the dead lease and hands its messages back
+    deadline = time.monotonic() + 240
+    while finished() < len(keys):
+        assert time.monotonic() < deadline, f"{len(keys) - finished()} documents never came back"
+        time.sleep(0.5)
+    recovered_s = time.monotonic() - killed_at
+    rows = {r["doc_id"]: r for r in status.rows(tenant="acme")}
+    assert {r["status"] for r in rows.values()} <= {"indexed", "skipped"}
+    assert set(rows) == set(keys)
+    print(
+        f"\n[leases] 80 documents; worker killed after {done_at_kill}; all final "
+        f"{recovered_s:.1f} s after the kill (lease 6 s, visibility timeout 1800 s)"
+    )
+    report = json.loads(cli(lease_env, "status", "--json").stdout)
+    assert report["orphaned"] == [] and report["awaiting_redelivery"] == 0
