@@ -128,7 +128,8 @@ class Ingestor(Parts):
     def status(self) -> StatusIndex:
         """Ingest outcomes and version fences (``<alias>-status``), created on first use."""
         if self._status is None:
-            self._status = StatusIndex(self.engine, self.settings.index)
+            s = self.settings
+            self._status = StatusIndex(self.engine, s.index, replicas=s.number_of_replicas)
         return self._status
 
     def contract(self) -> IndexContract:

@@ -18,6 +18,18 @@
 #                              for opensearch); each instance has its own config, data,
 #                              logs and pid file
 #   --fresh                    (start) wipe the instance data dir before starting
+#   --cluster NAME             cluster name (default: the instance name)
+#   --seed-hosts H:P,...       form a cluster with the nodes at these transport addresses
+#                              (instead of a single-node cluster)
+#   --initial-masters N,...    instance names that bootstrap the cluster (first start)
+#   --roles R,...              node roles, e.g. master,data or data (OpenSearch: master is
+#                              written cluster_manager)
+#
+# A two-node cluster on loopback:
+#   search-server.sh start --port 9290 --name two-a --cluster two --roles master,data \
+#       --seed-hosts 127.0.0.1:9390,127.0.0.1:9391 --initial-masters two-a
+#   search-server.sh start --port 9291 --name two-b --cluster two --roles data \
+#       --seed-hosts 127.0.0.1:9390,127.0.0.1:9391
 #
 # Distributions (downloaded with `mvn dependency:get` into ~/.m2 when missing):
 #   elasticsearch  org.elasticsearch.distribution.integ-test-zip:elasticsearch:VERSION:zip
@@ -56,7 +68,9 @@ usage() {
     cat >&2 <<EOF
 usage: $PROG start|stop|status|url|fetch [--engine elasticsearch|opensearch] [--port 9200]
                                    [--version V] [--heap 1g] [--name NAME]
-                                   [--transport-port N] [--fresh]
+                                   [--transport-port N] [--fresh] [--cluster NAME]
+                                   [--seed-hosts H:P,...] [--initial-masters N,...]
+                                   [--roles R,...]
 EOF
 }
 
@@ -84,6 +98,10 @@ HEAP=1g
 NAME=
 TRANSPORT_PORT=
 FRESH=0
+CLUSTER=
+SEED_HOSTS=
+INITIAL_MASTERS=
+ROLES=
 
 need_val() { [[ $# -ge 2 && -n $2 ]] || { echo "$PROG: $1 needs a value" >&2; usage; exit 2; }; }
 while [[ $# -gt 0 ]]; do
@@ -101,6 +119,10 @@ while [[ $# -gt 0 ]]; do
         --name) need_val "$@"; NAME=$2; shift 2 ;;
         --name=*) NAME=${1#*=}; shift ;;
         --fresh) FRESH=1; shift ;;
+        --cluster) need_val "$@"; CLUSTER=$2; shift 2 ;;
+        --seed-hosts) need_val "$@"; SEED_HOSTS=$2; shift 2 ;;
+        --initial-masters) need_val "$@"; INITIAL_MASTERS=$2; shift 2 ;;
+        --roles) need_val "$@"; ROLES=$2; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) echo "$PROG: unknown option: $1" >&2; usage; exit 2 ;;
     esac
@@ -137,6 +159,11 @@ fi
 [[ $VERSION =~ ^[0-9A-Za-z._-]+$ ]] || die "invalid --version: $VERSION"
 NAME=${NAME:-$NAME_PREFIX-$PORT}
 [[ $NAME =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "invalid --name: $NAME (use letters, digits, . _ -)"
+CLUSTER=${CLUSTER:-$NAME}
+[[ $CLUSTER =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "invalid --cluster: $CLUSTER"
+[[ -z $SEED_HOSTS || $SEED_HOSTS =~ ^[0-9A-Za-z.:,_-]+$ ]] || die "invalid --seed-hosts: $SEED_HOSTS"
+[[ -z $INITIAL_MASTERS || $INITIAL_MASTERS =~ ^[A-Za-z0-9._,-]+$ ]] || die "invalid --initial-masters"
+[[ -z $ROLES || $ROLES =~ ^[a-z_,]+$ ]] || die "invalid --roles: $ROLES"
 
 IS_ROOT=0
 [[ $(id -u) -eq 0 ]] && IS_ROOT=1
@@ -213,7 +240,7 @@ health_json() {
 is_healthy() {
     local json
     json=$(health_json 1s 5) || return 1
-    [[ $json == *"\"cluster_name\":\"$NAME\""* ]] || return 1
+    [[ $json == *"\"cluster_name\":\"$CLUSTER\""* ]] || return 1
     [[ $json == *'"status":"green"'* || $json == *'"status":"yellow"'* ]]
 }
 
@@ -401,8 +428,25 @@ engine_settings() {
     return 0
 }
 
+# Discovery and roles: a single-node cluster, or a node of a cluster (--seed-hosts).
+cluster_settings() {
+    local masters_key=cluster.initial_master_nodes roles=$ROLES
+    if [[ $ENGINE == opensearch ]]; then
+        masters_key=cluster.initial_cluster_manager_nodes
+        roles=${roles//master/cluster_manager}
+    fi
+    if [[ -n $SEED_HOSTS ]]; then
+        echo "-Ediscovery.seed_hosts=$SEED_HOSTS"
+        [[ -n $INITIAL_MASTERS ]] && echo "-E$masters_key=$INITIAL_MASTERS"
+    else
+        echo "-Ediscovery.type=single-node"
+    fi
+    [[ -n $roles ]] && echo "-Enode.roles=$roles"
+    return 0
+}
+
 srv_start() {
-    local pid home java heap_opts opts_var extra=() start_rc waited other
+    local pid home java heap_opts opts_var extra=() cluster=() start_rc waited other
     # An instance dir belongs to one engine (its data is not readable by the other); check
     # before anything else, so a running instance of the other engine is left alone.
     for other in elasticsearch opensearch; do
@@ -468,6 +512,7 @@ srv_start() {
         fi
 
         mapfile -t extra < <(engine_settings "$home")
+        mapfile -t cluster < <(cluster_settings)
 
         heap_opts="-Xms$HEAP -Xmx$HEAP"
         opts_var=${ENV_PREFIX}_JAVA_OPTS
@@ -484,9 +529,9 @@ srv_start() {
                 "${ENV_PREFIX}_PATH_CONF=$INST_DIR/config" \
                 "${ENV_PREFIX}_TMPDIR=$INST_DIR/tmp" \
                 "$home/bin/$ENGINE" -d -p "$PID_FILE" \
-                -Ecluster.name="$NAME" \
+                -Ecluster.name="$CLUSTER" \
                 -Enode.name="$NAME" \
-                -Ediscovery.type=single-node \
+                "${cluster[@]}" \
                 -Enetwork.host=127.0.0.1 \
                 -Ehttp.port="$PORT" \
                 -Etransport.port="$TRANSPORT_PORT" \

@@ -12,6 +12,7 @@ declared and es-rag reads its limits from the worker's settings.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,10 @@ from celery.signals import worker_process_init
 
 from es_rag import jobs
 from es_rag.config import Settings
+from es_rag.errors import EsRagError
 from es_rag.pipeline import Ingestor
+
+log = logging.getLogger(__name__)
 
 _ingestor: Ingestor | None = None
 
@@ -50,8 +54,13 @@ def _load_models(**_: Any) -> None:
     global _ingestor
     settings: Settings = getattr(current_app.conf, "es_rag_settings", None) or Settings()
     _ingestor = Ingestor(settings)
-    _ingestor.embedder.embed(["warm-up"], kind="passage")
     _ingestor.analyzer.analyze("warm-up")
+    try:
+        _ingestor.embedder.embed(["warm-up"], kind="passage")
+    except EsRagError as exc:
+        # An embedding server that is down now must not kill the pool's children at
+        # birth (they would be restarted in a loop); the first task retries it.
+        log.warning("embedder warm-up failed, deferred to the first task: %s", exc)
 
 
 def _countdown(task: Task) -> float:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from es_rag.config import Settings
 from es_rag.engine.mapping import IndexContract, build_index_body
-from es_rag.errors import EngineError
+from es_rag.errors import EngineError, EngineUnavailableError
 
 T = TypeVar("T")
 
@@ -243,7 +243,31 @@ def error_reason(body: Any, fallback: str) -> str:
 def check_msearch_items(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in responses:
         if "error" in item:
-            raise EngineError(
-                f"msearch: {item.get('status')} {error_reason(item, str(item['error']))}"
-            )
+            status = item.get("status")
+            message = f"msearch: {status} {error_reason(item, str(item['error']))}"
+            if status in (429, 502, 503, 504):
+                raise EngineUnavailableError(message)
+            raise EngineError(message)
+        check_shards(item, "msearch")
     return responses
+
+
+def check_shards(resp: dict[str, Any], what: str) -> dict[str, Any]:
+    """A response missing some shards is an error, not a smaller answer.
+
+    The server answers 200 with the hits of the shards it reached when others fail (a
+    node going down, a primary moving to its replica). Ranked from part of the index, a
+    search would silently drop evidence, and a bookkeeping count would call a complete
+    document incomplete. It is transient: the replica takes over within seconds.
+    """
+    shards = resp.get("_shards") or {}
+    failed = int(shards.get("failed") or 0)
+    if failed:
+        reasons = [
+            error_reason({"error": f.get("reason")}, str(f.get("reason")))
+            for f in (shards.get("failures") or [])[:2]
+        ]
+        raise EngineUnavailableError(
+            f"{what}: {failed} of {shards.get('total')} shards failed ({'; '.join(reasons)})"
+        )
+    return resp

@@ -24,6 +24,7 @@ from es_rag.engine.base import (
     ClusterInfo,
     Engine,
     check_msearch_items,
+    check_shards,
     error_reason,
     node_summary,
 )
@@ -100,7 +101,7 @@ class ElasticsearchEngine(Engine):
         resp = self.call(
             "search", lambda: self.client.search(index=index, body=body, **(params or {}))
         )
-        return dict(resp.body)
+        return check_shards(dict(resp.body), "search")
 
     def msearch(self, searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
         resp = self.call("msearch", lambda: self.client.msearch(searches=searches))

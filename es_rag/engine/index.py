@@ -14,7 +14,7 @@ from typing import Any
 
 from es_rag.engine.base import Engine
 from es_rag.engine.mapping import IndexContract
-from es_rag.errors import BulkIndexingError, BulkRejectedError, IndexContractError
+from es_rag.errors import BulkIndexingError, BulkRejectedError, EngineError, IndexContractError
 
 # Writing with other vectors or other terms would silently corrupt ranking; with other ids
 # a document's rows would no longer be found (and replaced) by their id; with another
@@ -115,7 +115,15 @@ class ChunkIndex:
             )
         name = f"{self.alias}-{self._next_number()}"
         body = {**body, "aliases": {self.alias: {"is_write_index": True}}}
-        self.engine.create_index(name, body)
+        try:
+            self.engine.create_index(name, body)
+        except EngineError:
+            # Two writers (workers starting together) raced to create it: the loser finds
+            # the winner's index and checks it like any existing one.
+            if not self.concrete_indices():
+                raise
+            self.check_contract(contract, keys=WRITE_KEYS)
+            return self.concrete_indices()[-1], False
         return name, True
 
     def check_contract(self, expected: IndexContract, *, keys: tuple[str, ...]) -> None:

@@ -26,6 +26,7 @@ from es_rag.engine.base import (
     ClusterInfo,
     Engine,
     check_msearch_items,
+    check_shards,
     error_reason,
     node_summary,
 )
@@ -103,7 +104,7 @@ class OpenSearchEngine(Engine):
         resp = self.call(
             "search", lambda: self.client.search(index=index, body=body, params=params or {})
         )
-        return dict(resp)
+        return check_shards(dict(resp), "search")
 
     def msearch(self, searches: list[dict[str, Any]]) -> list[dict[str, Any]]:
         resp = self.call("msearch", lambda: self.client.msearch(body=searches))

@@ -41,25 +41,29 @@ def status_key(tenant: str, doc_id: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
 
 
-def status_body() -> dict[str, Any]:
+def status_body(*, replicas: int = 0) -> dict[str, Any]:
+    """The status index's create body. It gets the chunk index's replicas, so that losing a
+    node loses neither the outcomes nor the version fences."""
     body: dict[str, Any] = json.loads((mappings_dir() / STATUS_MAPPING).read_text(encoding="utf-8"))
     body.pop("mapping_version", None)
     body.pop("description", None)
+    body["settings"]["index"]["number_of_replicas"] = replicas
     return body
 
 
 class StatusIndex:
     """Construction does no I/O; ``ensure`` creates the index once (or adds new fields)."""
 
-    def __init__(self, engine: Engine, alias: str) -> None:
+    def __init__(self, engine: Engine, alias: str, *, replicas: int = 0) -> None:
         self.engine = engine
         self.name = status_index_name(alias)
+        self.replicas = replicas
         self._ready = False
 
     def ensure(self) -> None:
         if self._ready:
             return
-        body = status_body()
+        body = status_body(replicas=self.replicas)
         if not self.engine.index_exists(self.name):
             try:
                 self.engine.create_index(self.name, body)

@@ -12,8 +12,8 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from es_rag.acl import acl_filter, identity_policy, make_caller, normalize_caller
 from es_rag.analysis import TextAnalyzer
@@ -25,6 +25,7 @@ from es_rag.engine.mapping import IndexContract
 from es_rag.errors import (
     AnalyzerMismatchError,
     ConfigurationError,
+    EngineUnavailableError,
     IndexContractError,
     StrategyUnavailableError,
 )
@@ -45,6 +46,8 @@ STRATEGIES = (
     "native-rrf",
     "opensearch-hybrid",
 )
+_RETRY_PAUSE_S = 0.5
+T = TypeVar("T")
 _RRF_RANKS = re.compile(r"computed for initial ranks \[([0-9, ]*)\]")
 _QUERY_INDEX = re.compile(r"in query at index \[(\d+)\]")
 
@@ -421,11 +424,11 @@ class Searcher(Parts):
         check_body(body, acl)
         if bm25 and self.settings.search_type != "query_then_fetch":
             params = {**(params or {}), "search_type": self.settings.search_type}
-        return self.engine.search(self.settings.index, body, params=params)
+        return _once_more(lambda: self.engine.search(self.settings.index, body, params=params))
 
     def _msearch(self, searches: list[dict[str, Any]], acl: dict[str, Any]) -> list[dict[str, Any]]:
         check_msearch(searches, acl)
-        return self.engine.msearch(searches)
+        return _once_more(lambda: self.engine.msearch(searches))
 
     def _knn_body(
         self,
@@ -610,6 +613,17 @@ def _hit(
         ordinal=src.get("ordinal"),
         parent_id=src.get("parent_id"),
     )
+
+
+def _once_more(send: Callable[[], T]) -> T:
+    """One more try after a transient failure: a node that just went down (the client
+    has already tried the others) or a shard whose replica is taking over, which takes
+    a moment. A second failure is the caller's to see."""
+    try:
+        return send()
+    except EngineUnavailableError:
+        time.sleep(_RETRY_PAUSE_S)
+        return send()
 
 
 def _ms(t0: float) -> float:

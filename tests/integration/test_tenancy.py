@@ -435,3 +435,35 @@ def test_upgrade_index_rewrites_an_older_index_in_place(
     assert ingestor.update_acl("plan", make_acl("acme", allow=["group:legal"]), refresh=True) > 0
     (again,) = json.loads(es_rag(cli_env, "upgrade-index").stdout)["indexes"]
     assert again["done"] and again["rewritten"] == 0
+
+
+def test_writers_racing_to_create_the_index_both_succeed(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    engine: Engine,
+) -> None:
+    """Two workers starting together on a fresh alias: one creates the index, the other
+    finds it (the fault suite lost a document to this race before it was handled)."""
+    import threading
+
+    settings = make_settings()
+    barrier = threading.Barrier(4)
+    results: list[Any] = []
+
+    def create() -> None:
+        ingestor = ingestor_for(settings)
+        barrier.wait()
+        try:
+            results.append(ingestor.init_index())
+        except Exception as exc:  # reported below
+            results.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(isinstance(r, tuple) for r in results), results
+    assert sum(created for _, created in results) == 1
+    assert len({name for name, _ in results}) == 1
+    assert len(engine.alias_indices(settings.index)) == 1
