@@ -98,6 +98,50 @@ class Leases:
         pipe.execute()
 
 
+_PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: a priority's list is "<queue>\x06\x16<n>"
+_PRIORITIES = (3, 6, 9)
+
+
+def broker_payloads(client: Any, queues: list[str], *, cap: int) -> list[dict[str, Any]] | None:
+    """The payload (first argument) of every es-rag message Redis holds: waiting in a queue
+    or taken by a worker and not acknowledged yet. None when more than ``cap`` messages
+    wait: a backlog that long explains why documents wait, and is not worth decoding."""
+    lists = [
+        q for name in queues for q in (name, *(f"{name}{_PRIORITY_SEP}{p}" for p in _PRIORITIES))
+    ]
+    if sum(int(client.llen(q)) for q in lists) > cap:
+        return None
+    raw: list[Any] = []
+    for q in lists:
+        raw.extend(client.lrange(q, 0, -1))
+    for _, value in client.hscan_iter("unacked"):
+        try:
+            raw.append(json.dumps(json.loads(_text(value))[0]))
+        except (ValueError, IndexError, TypeError):
+            continue
+    out = []
+    for item in raw:
+        payload = _first_argument(item)
+        if payload is not None:
+            out.append(payload)
+    return out
+
+
+def _first_argument(raw: Any) -> dict[str, Any] | None:
+    """A Celery (protocol 2) message's first positional argument, if it is a dict."""
+    import base64
+
+    try:
+        message = json.loads(_text(raw))
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body).decode("utf-8")
+        args = json.loads(body)[0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return args[0] if args and isinstance(args[0], dict) else None
+
+
 def live_processes(live: dict[str, dict[str, Any]]) -> set[str]:
     """``host:pid`` of every process of a live worker (what status rows' ``worker`` holds)."""
     out: set[str] = set()
@@ -159,8 +203,12 @@ class LeaseKeeper(threading.Thread):
         pids: Callable[[], list[int]],
         restore: Callable[[str], None],
         queues: list[str],
+        reconcile: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(name="es-rag-lease", daemon=True)
+        self.reconcile = reconcile
+        self._next_reconcile = 0.0
+        self._reconciling: threading.Thread | None = None
         self.leases = leases
         self.worker = worker
         self.held_tags = held_tags
@@ -195,6 +243,29 @@ class LeaseKeeper(threading.Thread):
             count = self.watcher.reap(dead, self.restore)
             self.reaped[dead] = count
             log.warning("worker %s is gone: %d of its tasks handed back to the queue", dead, count)
+        busy = self._reconciling is not None and self._reconciling.is_alive()
+        if self.reconcile is not None and now >= self._next_reconcile and not busy:
+            self._next_reconcile = now + self.leases.lease_s
+            # On a thread of its own: a slow search server must never delay a renewal
+            # (a lapsed lease would hand a live worker's tasks to another).
+            self._reconciling = threading.Thread(
+                target=self._reconcile_once, name="es-rag-reconcile", daemon=True
+            )
+            self._reconciling.start()
+
+    def _reconcile_once(self) -> None:
+        assert self.reconcile is not None
+        try:
+            # One worker at a time looks for lost messages (the lock outlives a pass).
+            lock = self.leases.client.set(
+                "es-rag:reconcile", self.worker, nx=True, ex=max(1, round(self.leases.lease_s))
+            )
+            if lock:
+                sent = self.reconcile()
+                if sent:
+                    log.warning("%d document(s) whose message was lost sent again", sent)
+        except Exception as exc:  # the next pass tries again
+            log.warning("lost-message check: %s: %s", type(exc).__name__, exc)
 
     def stop(self) -> None:
         """Stop renewing and give the lease up (a clean shutdown: kombu has acknowledged

@@ -238,9 +238,9 @@ class Ingestor(Parts):
             return doc.acl.tenant_id  # reported by the document's own plan
 
     def _rewrite_access(self, plan: _Plan, state: DocState) -> IngestResult:
-        """The access-only path shared by ``ingest`` and ``update_acl``: every row of the
-        document gets the new access fields, metadata and hash; no parse result is written
-        and nothing is embedded.
+        """The access-only path of ``ingest`` (``update_acl`` sends the same updates):
+        every row of the document gets the new access fields, metadata and hash; no parse
+        result is written and nothing is embedded.
 
         A partial failure leaves rows with two hashes of the same content, which the next
         attempt recognises and rewrites again (never a re-embedding).

@@ -3,12 +3,12 @@
     celery -A workers.app worker -Q es-rag --concurrency 2     (or: es-rag worker)
 
 Every reliability setting below says why it is there. Settings are read from the
-environment once, at import; no client or model is created here (see workers/tasks.py).
+environment once, at import; no model is created here (see workers/tasks.py), and the one
+Redis client below belongs to a worker's lease, made when the worker starts.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
@@ -17,8 +17,6 @@ from celery.signals import task_received
 from kombu import Queue
 
 from es_rag.config import Settings
-
-log = logging.getLogger(__name__)
 
 
 class LeaseStep(bootsteps.StartStopStep):
@@ -64,6 +62,19 @@ class LeaseStep(bootsteps.StartStopStep):
                 raise RuntimeError("no broker channel to restore on")
             q.restore_by_tag(tag)
 
+        parts: dict[str, Any] = {}
+
+        def reconcile() -> int:
+            """Documents whose message Redis lost go to the queue again (es_rag.jobs)."""
+            from es_rag.jobs import requeue_lost
+            from es_rag.pipeline import Ingestor
+
+            if "ingestor" not in parts:
+                parts["ingestor"] = Ingestor(settings)
+            ingestor = parts["ingestor"]
+            lost_after = 4 * settings.worker_lease_seconds
+            return requeue_lost(ingestor, c.app, client, older_than_s=lost_after)
+
         self.keeper = LeaseKeeper(
             Leases(client, lease_s=settings.worker_lease_seconds),
             worker=new_worker_id(),
@@ -71,6 +82,7 @@ class LeaseStep(bootsteps.StartStopStep):
             pids=pids,
             restore=restore,
             queues=settings.queues,
+            reconcile=reconcile,
         )
         c.es_rag_lease_keeper = self.keeper
         self.keeper.start()

@@ -117,14 +117,18 @@ class StatusIndex:
         since: str | None = None,
         doc_ids: list[str] | None = None,
         tenant: str | None = None,
+        before: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Status rows, newest first; ``since`` is a date or date math (``now-1h``)."""
+        """Status rows, newest first; ``since``/``before`` are dates or date math (``now-1h``)
+        bounding ``updated_at``."""
         self.ensure()
         filters = _filters(tenant=tenant)
         if status:
             filters.append({"term": {"status": status}})
         if since:
             filters.append({"range": {"updated_at": {"gte": since}}})
+        if before:
+            filters.append({"range": {"updated_at": {"lt": before}}})
         if doc_ids is not None:
             filters.append({"terms": {"doc_id": doc_ids}})
         body = {"query": {"bool": {"filter": filters}}, "sort": [{"updated_at": "desc"}]}

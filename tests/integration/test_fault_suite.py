@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -201,9 +202,10 @@ def test_an_ingest_through_killed_workers_and_restarted_servers_loses_nothing(
     rows = status.rows(tenant="acme")
     not_final = [r["doc_id"] for r in rows if r["status"] not in ("indexed", "skipped", "failed")]
     failed = [r for r in rows if r["status"] == "failed"]
-    handed_back = sum(
-        log.read_text(errors="replace").count("handed back to the queue")
-        for log in logs.glob("*.log")
+    worker_logs = [log.read_text(errors="replace") for log in logs.glob("*.log")]
+    handed_back = sum(text.count("handed back to the queue") for text in worker_logs)
+    resent = sum(
+        int(m) for text in worker_logs for m in re.findall(r"(\d+) document\(s\) whose", text)
     )
     figures = {
         "engine": engine_name,
@@ -215,6 +217,7 @@ def test_an_ingest_through_killed_workers_and_restarted_servers_loses_nothing(
         "retried_documents": sum(1 for r in rows if (r.get("retries") or 0) > 0),
         "retries": sum(r.get("retries") or 0 for r in rows),
         "lease_handbacks_logged": handed_back,
+        "lost_messages_sent_again": resent,
         "lost": len(lost),
         "duplicated_chunks": duplicated,
         "mixed_version_documents": len(mixed_versions),

@@ -91,6 +91,8 @@ class Ledger:
 
     markers: dict[str, Intended] = field(default_factory=dict)
     current: dict[tuple[str, str], str] = field(default_factory=dict)
+    examples: int = 0
+    ingests: int = 0
     searches: int = 0
     contexts: int = 0
     checked: int = 0
@@ -240,10 +242,12 @@ def suite(
     drop_alias(engine, s.index)
     report = {
         "engine": engine_name,
+        "examples": made.ledger.examples,
+        "ingests": made.ledger.ingests,
         "searches": made.ledger.searches,
         "contexts": made.ledger.contexts,
         "chunks_checked": made.ledger.checked,
-        "documents": len(made.ledger.current),
+        "document_identities": len(made.ledger.current),
         "leaks": len(made.ledger.leaks),
         "stale_rows": len(made.ledger.stale),
     }
@@ -278,6 +282,7 @@ def ingest_round(suite: Suite, docs: list[dict[str, Any]]) -> None:
             doc_id=spec["doc_id"], text=text, acl=acl, metadata={"product": spec["product"]}
         )))  # fmt: skip
     results = suite.ingestor.ingest_many([d for *_, d in batch], refresh=True)
+    suite.ledger.ingests += len(results)
     for (key, text, acl_spec, _), result in zip(batch, results, strict=True):
         assert result.status in ("indexed", "skipped"), result
         (marker,) = set(MARKER.findall(text))
@@ -326,6 +331,7 @@ def test_no_caller_ever_reads_a_chunk_it_may_not(
     @given(rounds())
     def run(round_: dict[str, Any]) -> None:
         leaks, stale = len(suite.ledger.leaks), len(suite.ledger.stale)
+        suite.ledger.examples += 1
         ingest_round(suite, round_["docs"])
         for caller_spec, question, product in round_["questions"]:
             caller = make_caller(caller_spec)

@@ -22,7 +22,7 @@ from kombu import Connection, Exchange, Queue
 
 from es_rag.leases import LeaseKeeper, Leases, Watcher, lease_key, live_processes
 from es_rag.pipeline import Ingestor
-from tests.integration.test_queue import Worker, cli, settings_of
+from tests.integration.test_queue import Worker, cli, settings_of, wait_status
 
 pytestmark = pytest.mark.integration
 
@@ -207,3 +207,39 @@ def test_a_killed_workers_tasks_reach_a_new_worker_within_a_lease(
     )
     report = json.loads(cli(lease_env, "status", "--json").stdout)
     assert report["orphaned"] == [] and report["awaiting_redelivery"] == 0
+
+
+def test_a_message_lost_between_pop_and_record_is_sent_again(
+    lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path, client: redis.Redis
+) -> None:
+    """Redis loses a message a worker popped and died holding before it was recorded as
+    taken. The status row still has the payload: the document is enqueued again, once."""
+    from es_rag import jobs
+    from workers.app import make_app
+
+    env = {**lease_env, "ES_RAG_WORKER_LEASE_SECONDS": "3"}
+    settings = settings_of(env)
+    ingestor = Ingestor(settings)
+    app = make_app(settings)
+    queue = env["ES_RAG_QUEUE"]
+    lost, kept = tmp_path / "lost.md", tmp_path / "kept.md"
+    lost.write_text("# Lost\n\nThis message vanished from Redis.\n")
+    kept.write_text("# Kept\n\nThis one waits in the queue.\n")
+    for path in (lost, kept):
+        jobs.enqueue(ingestor, app, jobs.IngestPayload(path=str(path), tenant="acme", public=True))
+    assert client.llen(queue) == 2
+    client.rpop(queue)  # the oldest message (lost.md), as a worker's BRPOP takes it
+    assert client.llen(queue) == 1
+
+    # No worker yet: two passes, the row unchanged between them, then it is sent again.
+    assert jobs.requeue_lost(ingestor, app, client, older_than_s=0) == 0  # first sighting
+    assert jobs.requeue_lost(ingestor, app, client, older_than_s=0) == 1
+    assert jobs.requeue_lost(ingestor, app, client, older_than_s=0) == 0  # present again
+    assert client.llen(queue) == 2
+
+    # And unattended: a worker's lease keeper runs the same passes on its own.
+    client.rpop(queue)  # kept.md's message now; then a worker drains the rest
+    workers(env)
+    for path in (lost, kept):
+        row = wait_status(env, str(path), {"indexed", "failed"}, timeout=120)
+        assert row["status"] == "indexed", row
