@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from es_rag.acl import make_acl, make_caller
+from es_rag.cache import LRU
 from es_rag.config import Settings
 from es_rag.datasets import Dataset
-from es_rag.embedding import Embedder, Kind
 from es_rag.errors import ConfigurationError, EsRagError
 from es_rag.evaluation import (
     bootstrap_ci,
@@ -117,40 +115,6 @@ def parse_weights(text: str) -> list[tuple[float, float]]:
     return out
 
 
-class _CachedQueries(Embedder):
-    """Shares query vectors across strategies: each query is embedded once per run."""
-
-    def __init__(self, inner: Embedder) -> None:
-        super().__init__(
-            model=inner.model,
-            batch_size=inner.batch_size,
-            normalize=inner.normalize,
-            query_prefix=inner.query_prefix,
-            passage_prefix=inner.passage_prefix,
-        )
-        self.inner = inner
-        self.cache: dict[str, list[float]] = {}
-
-    def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
-        return self.inner.embed_batch(texts, kind=kind)
-
-    def embed(self, texts: Sequence[str], *, kind: Kind = "passage") -> np.ndarray:
-        return self.inner.embed(texts, kind=kind)
-
-    def embed_query(self, text: str) -> list[float]:
-        if text not in self.cache:
-            self.cache[text] = self.inner.embed_query(text)
-        return self.cache[text]
-
-    @property
-    def dims(self) -> int:
-        return self.inner.dims
-
-    @property
-    def embedding_version(self) -> str:
-        return self.inner.embedding_version
-
-
 def eval_index_name(settings: Settings, dataset: Dataset) -> str:
     """Deterministic per dataset and model, so a kept index is found again."""
     key = f"{dataset.name}\x00{len(dataset.corpus)}\x00{settings.embedding_model}"
@@ -192,7 +156,7 @@ def run(
     """Run every variant on every query: the results object (see module doc) and each
     variant's run (``{qid: [doc ids best first]}``), for ``--runs`` and outside tools."""
     parts = parts or Parts(settings)
-    embedder = _CachedQueries(parts.embedder)
+    vectors: LRU[str, list[float]] = LRU(None)  # each query embedded once per run
     caller = make_caller(EVAL_TENANT, users=["user:eval"])
     results: dict[str, Any] = {}
     runs: dict[str, dict[str, list[str]]] = {}
@@ -200,8 +164,9 @@ def run(
         searcher = Searcher(
             settings.model_copy(update=variant.overrides),
             client=parts.engine,
-            embedder=embedder,
+            embedder=parts.embedder,
             analyzer=parts.analyzer,
+            query_cache=vectors,
         )
         strategy = "auto" if variant.base == "hybrid" else variant.base
         ranked: dict[str, list[str]] = {}

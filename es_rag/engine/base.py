@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
 from es_rag.config import Settings
 from es_rag.engine.mapping import IndexContract, build_index_body
-from es_rag.errors import EngineError, EngineUnavailableError
+from es_rag.errors import EngineError, EngineUnavailableError, StrategyUnavailableError
 
 T = TypeVar("T")
 
@@ -208,6 +208,25 @@ class Engine(ABC):
                 raise_on_error=False,
                 raise_on_exception=True,
             )
+
+    # --- request shapes that differ (pure) -----------------------------------------------
+    @abstractmethod
+    def knn_body(
+        self,
+        vector: Sequence[float],
+        *,
+        acl: dict[str, Any],
+        size: int,
+        num_candidates: int,
+        filters: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """A kNN search on this engine, pre-filtered by the ACL inside the graph walk."""
+
+    def ensure_search_pipeline(self, name: str, body: dict[str, Any]) -> bool:
+        """Create or update search pipeline ``name``; True when it was written."""
+        raise StrategyUnavailableError(
+            f"search pipelines are OpenSearch's; {self.flavor} cannot run {name!r}"
+        )
 
     # --- cluster -------------------------------------------------------------------------
     @abstractmethod

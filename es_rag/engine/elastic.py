@@ -10,7 +10,7 @@ installed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -29,6 +29,7 @@ from es_rag.engine.base import (
     node_summary,
 )
 from es_rag.errors import EngineError, EngineUnavailableError
+from es_rag.query import build
 
 
 def make_elasticsearch_client(settings: Settings) -> Elasticsearch:
@@ -160,6 +161,20 @@ class ElasticsearchEngine(Engine):
                     return False
                 raise
         return True
+
+    # --- request shapes ------------------------------------------------------------------
+    def knn_body(
+        self,
+        vector: Sequence[float],
+        *,
+        acl: dict[str, Any],
+        size: int,
+        num_candidates: int,
+        filters: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        return build.knn_body(
+            vector, acl=acl, size=size, num_candidates=num_candidates, filters=filters
+        )
 
     # --- cluster -------------------------------------------------------------------------
     def probe(self, index: str) -> ClusterInfo:

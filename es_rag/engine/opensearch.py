@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -32,6 +32,7 @@ from es_rag.engine.base import (
 )
 from es_rag.engine.mapping import OPENSEARCH_KNN_ENGINES
 from es_rag.errors import ConfigurationError, EngineError, EngineUnavailableError
+from es_rag.query import build
 
 KNN_PLUGIN = "opensearch-knn"
 NEURAL_PLUGIN = "opensearch-neural-search"
@@ -225,6 +226,20 @@ class OpenSearchEngine(Engine):
             lambda: self.client.transport.perform_request("PUT", path, body=body),
         )
         return True
+
+    # --- request shapes ------------------------------------------------------------------
+    def knn_body(
+        self,
+        vector: Sequence[float],
+        *,
+        acl: dict[str, Any],
+        size: int,
+        num_candidates: int,
+        filters: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        return build.opensearch_knn_body(
+            vector, acl=acl, size=size, num_candidates=num_candidates, filters=filters
+        )
 
     # --- cluster -------------------------------------------------------------------------
     def probe_once(self) -> ClusterInfo:

@@ -312,6 +312,42 @@ def native_rrf_body(
     }
 
 
+def rows_body(
+    acl: dict[str, Any],
+    *,
+    ids: Sequence[str] = (),
+    neighbours: Sequence[tuple[str, str, int, int]] = (),
+) -> dict[str, Any] | None:
+    """Context rows under the caller's ACL: rows by id (parents), or the children of a
+    document version within an ordinal range (neighbours). None when nothing is asked."""
+    should: list[dict[str, Any]] = []
+    if ids:
+        should.append({"ids": {"values": list(ids)}})
+    for doc_id, version, first, last in neighbours:
+        should.append(
+            {
+                "bool": {
+                    "filter": [
+                        {"term": {"doc_id": doc_id}},
+                        {"term": {"doc_version": version}},
+                        {"term": {"chunk_type": "child"}},
+                        {"range": {"ordinal": {"gte": first, "lte": last}}},
+                    ]
+                }
+            }
+        )
+    if not should:
+        return None
+    return {
+        "query": {
+            "bool": {"filter": [acl, {"bool": {"should": should, "minimum_should_match": 1}}]}
+        },
+        "size": 1000,
+        "_source": {"excludes": SOURCE_EXCLUDES},
+        "sort": [{"doc_id": "asc"}, {"ordinal": "asc"}],
+    }
+
+
 def highlight(query_text: str, *, fragment_size: int = 160, fragments: int = 2) -> dict[str, Any]:
     """Highlights on ``content`` for the words of the question.
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from es_rag.errors import ConfigurationError, RerankError
+from es_rag.types import Hit
 
 if TYPE_CHECKING:
     from es_rag.config import Settings
@@ -353,6 +354,51 @@ class CrossEncoderReranker(_LocalModelReranker):
         )
         values: list[float] = scores.reshape(-1).tolist()
         return values
+
+
+def rerank_hits(
+    reranker: Reranker | None,
+    question: str,
+    hits: list[Hit],
+    *,
+    window: int,
+    timeout: float,
+) -> tuple[list[Hit], bool, str | None]:
+    """(hits with the top ``window`` reordered by the cross-encoder, reranked?, why not).
+
+    Never fails the query: a reranker that raises or runs past ``timeout`` seconds leaves
+    the fused order, and says why. The title path goes with each passage (as it does into
+    the embedding) so that headings count.
+    """
+    top = hits[:window]
+    if reranker is None or not top:
+        return hits, False, "nothing to rerank" if reranker else "no reranker"
+    texts = [f"{' > '.join(h.title_path)}\n{h.text}" if h.title_path else h.text for h in top]
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["scores"] = reranker.score(question, texts)
+        except Exception as exc:  # any failure degrades to the fused order
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="es-rag-rerank", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return hits, False, f"rerank exceeded its {timeout:g} s budget"
+    if "error" in box:
+        exc = box["error"]
+        return hits, False, f"rerank failed: {type(exc).__name__}: {exc}"
+    scores: list[float] = box["scores"]
+    for hit, value in zip(top, scores, strict=True):
+        hit.scores["rerank"] = float(value)
+        hit.explain["rerank"] = float(value)
+    order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
+    reordered = [top[i] for i in order]
+    for hit in reordered:
+        hit.score = float(hit.scores["rerank"] or 0.0)
+    return reordered + hits[len(top) :], True, None
 
 
 def build_reranker(settings: Settings) -> Reranker | None:

@@ -130,40 +130,6 @@ def test_native_size_capped_by_window() -> None:
     assert body["size"] == 50
 
 
-def test_native_ranks_parsed_from_the_server_explanation() -> None:
-    """The shape Elasticsearch's RRFRankDoc.explain produces (positions + 1; 0 = absent)."""
-    from es_rag.query.search import _native_ranks
-
-    explanation = {
-        "value": 0.032,
-        "description": "sum of:",
-        "details": [
-            {
-                "value": 0.032,
-                "description": "rrf score: [0.032522473] computed for initial ranks [2, 0] with "
-                "rankConstant: [60] as sum of [1 / (rank + rankConstant)] for each query",
-                "details": [
-                    {
-                        "value": 2,
-                        "description": "rrf score: [0.016129032], for rank [2] in query at "
-                        "index [0] computed as [1 / (2 + 60)], for matching query with score",
-                        "details": [{"value": 7.25, "description": "sum of:", "details": []}],
-                    },
-                    {
-                        "value": 0.0,
-                        "description": "rrf score: [0], result not found in query at index [1]",
-                        "details": [],
-                    },
-                ],
-            }
-        ],
-    }
-    ranks, scores = _native_ranks(explanation)
-    assert ranks == {"bm25": 2, "knn": None}
-    assert scores == {"bm25": 7.25, "knn": None}
-    assert _native_ranks(None) == ({"bm25": None, "knn": None}, {"bm25": None, "knn": None})
-
-
 def test_weak_evidence_judge_without_dense_scores() -> None:
     """A strategy whose hits carry no dense similarity is not judged insufficient by it."""
     from es_rag.config import Settings

@@ -1,0 +1,61 @@
+"""Fusion in es-rag: BM25 and kNN in one ``_msearch``, fused here (any cluster)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from es_rag.query import build, hits
+from es_rag.query.strategies.base import Query, Request, Strategy, with_highlight
+from es_rag.types import Hit
+
+if TYPE_CHECKING:
+    from es_rag.engine.base import Engine
+
+
+class ClientFusion(Strategy):
+    """Both retrievers' top ``window`` in one round trip; ``method`` fuses them."""
+
+    method: ClassVar[str]
+    fuses_here = True
+
+    def bodies(self, q: Query, engine: Engine) -> Request:
+        s = q.settings
+        bm25 = build.bm25_body(
+            q.terms,
+            acl=q.acl,
+            size=q.window,
+            filters=q.filters,
+            content_boost=s.content_boost,
+            title_boost=s.title_boost,
+        )
+        knn = engine.knn_body(
+            q.vector, acl=q.acl, size=q.window, num_candidates=q.num_candidates, filters=q.filters
+        )
+        searches = build.msearch_pair(
+            s.index, with_highlight(bm25, q), with_highlight(knn, q), search_type=s.search_type
+        )
+        return Request(searches=searches)
+
+    def hits(self, responses: list[dict[str, Any]], q: Query) -> list[Hit]:
+        fused = hits.client_fused(
+            responses,
+            method=self.method,
+            window=q.window,
+            rank_constant=q.settings.rank_constant,
+            weights=q.weights,
+        )
+        return fused[: q.depth]
+
+
+class ClientRRF(ClientFusion):
+    """Reciprocal rank fusion, as the server's ``rrf`` retriever computes it."""
+
+    name = "client-rrf"
+    method = "rrf"
+
+
+class ClientLinear(ClientFusion):
+    """Convex combination of min-max normalised scores (Bruch et al., TOIS 2023)."""
+
+    name = "client-linear"
+    method = "linear"
