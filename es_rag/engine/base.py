@@ -150,7 +150,6 @@ class Engine(ABC):
         return found
 
     # --- single documents (status rows, version fences) -----------------------------------
-    @abstractmethod
     def put(
         self,
         index: str,
@@ -165,6 +164,27 @@ class Engine(ABC):
         Returns False (writes nothing) when the stored version is higher: the server
         decides atomically, so two writers racing with versions 5 and 6 keep 6.
         """
+        params: dict[str, Any] = {"refresh": "true" if refresh else "false"}
+        if version is not None:
+            params.update(version=version, version_type="external_gte")
+        with self.errors(f"write {index}/{doc_id}"):
+            try:
+                self._index_one(index, doc_id, body, params)
+            except Exception as exc:
+                if version is not None and self._is_conflict(exc):
+                    return False
+                raise
+        return True
+
+    @abstractmethod
+    def _index_one(
+        self, index: str, doc_id: str, body: dict[str, Any], params: dict[str, Any]
+    ) -> None:
+        """The client's single-document index call."""
+
+    @abstractmethod
+    def _is_conflict(self, exc: Exception) -> bool:
+        """Whether the client's exception is a version conflict (409)."""
 
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
         """``_source`` plus ``_version`` of one document, None when absent."""
@@ -231,6 +251,16 @@ class Engine(ABC):
     # --- cluster -------------------------------------------------------------------------
     @abstractmethod
     def probe(self, index: str) -> ClusterInfo: ...
+
+    def node(self) -> tuple[str, tuple[str, ...]]:
+        """(version, plugins and modules) of the node the client reached."""
+        with self.errors("probe nodes"):
+            nodes = self._local_node_info()
+        return node_summary(self.body(nodes))
+
+    @abstractmethod
+    def _local_node_info(self) -> Any:
+        """The client's ``_nodes/_local`` call, filtered to ``NODE_FILTER``."""
 
     def close(self) -> None:
         self.client.close()

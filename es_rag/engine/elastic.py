@@ -26,7 +26,6 @@ from es_rag.engine.base import (
     check_msearch_items,
     check_shards,
     error_reason,
-    node_summary,
 )
 from es_rag.errors import EngineError, EngineUnavailableError
 from es_rag.query import build
@@ -141,26 +140,13 @@ class ElasticsearchEngine(Engine):
         )
         return {name: v.get("settings", {}).get("index", {}) for name, v in resp.body.items()}
 
-    def put(
-        self,
-        index: str,
-        doc_id: str,
-        body: dict[str, Any],
-        *,
-        version: int | None = None,
-        refresh: bool = False,
-    ) -> bool:
-        kwargs: dict[str, Any] = {"refresh": "true" if refresh else "false"}
-        if version is not None:
-            kwargs.update(version=version, version_type="external_gte")
-        with self.errors(f"write {index}/{doc_id}"):
-            try:
-                self.client.index(index=index, id=doc_id, document=body, **kwargs)
-            except ApiError as exc:
-                if exc.meta.status == 409 and version is not None:
-                    return False
-                raise
-        return True
+    def _index_one(
+        self, index: str, doc_id: str, body: dict[str, Any], params: dict[str, Any]
+    ) -> None:
+        self.client.index(index=index, id=doc_id, document=body, **params)
+
+    def _is_conflict(self, exc: Exception) -> bool:
+        return isinstance(exc, ApiError) and exc.meta.status == 409
 
     # --- request shapes ------------------------------------------------------------------
     def knn_body(
@@ -178,7 +164,7 @@ class ElasticsearchEngine(Engine):
 
     # --- cluster -------------------------------------------------------------------------
     def probe(self, index: str) -> ClusterInfo:
-        version, plugins = self._node()
+        version, plugins = self.node()
         ok, reason = self._native_rrf_available(index)
         return ClusterInfo(
             flavor=self.flavor,
@@ -191,12 +177,8 @@ class ElasticsearchEngine(Engine):
             hybrid_reason="the hybrid query is OpenSearch's; this is Elasticsearch",
         )
 
-    def _node(self) -> tuple[str, tuple[str, ...]]:
-        with self.errors("probe nodes"):
-            nodes = self.client.nodes.info(
-                node_id="_local", metric="plugins", filter_path=NODE_FILTER
-            )
-        return node_summary(nodes.body)
+    def _local_node_info(self) -> Any:
+        return self.client.nodes.info(node_id="_local", metric="plugins", filter_path=NODE_FILTER)
 
     def _license_type(self) -> str | None:
         try:

@@ -28,7 +28,6 @@ from es_rag.engine.base import (
     check_msearch_items,
     check_shards,
     error_reason,
-    node_summary,
 )
 from es_rag.engine.mapping import OPENSEARCH_KNN_ENGINES
 from es_rag.errors import ConfigurationError, EngineError, EngineUnavailableError
@@ -167,26 +166,13 @@ class OpenSearchEngine(Engine):
         )
         return {name: v.get("settings", {}).get("index", {}) for name, v in resp.items()}
 
-    def put(
-        self,
-        index: str,
-        doc_id: str,
-        body: dict[str, Any],
-        *,
-        version: int | None = None,
-        refresh: bool = False,
-    ) -> bool:
-        params: dict[str, Any] = {"refresh": "true" if refresh else "false"}
-        if version is not None:
-            params.update(version=version, version_type="external_gte")
-        with self.errors(f"write {index}/{doc_id}"):
-            try:
-                self.client.index(index=index, id=doc_id, body=body, params=params)
-            except os_exc.ConflictError:
-                if version is None:
-                    raise
-                return False
-        return True
+    def _index_one(
+        self, index: str, doc_id: str, body: dict[str, Any], params: dict[str, Any]
+    ) -> None:
+        self.client.index(index=index, id=doc_id, body=body, params=params)
+
+    def _is_conflict(self, exc: Exception) -> bool:
+        return isinstance(exc, os_exc.ConflictError)
 
     def check_knn_engines(self, body: dict[str, Any]) -> None:
         """Refuse, before anything is written, a vector field this cluster cannot serve."""
@@ -247,14 +233,13 @@ class OpenSearchEngine(Engine):
             self._info = self.probe("")
         return self._info
 
+    def _local_node_info(self) -> Any:
+        return self.client.nodes.info(
+            node_id="_local", metric="plugins", params={"filter_path": NODE_FILTER}
+        )
+
     def probe(self, index: str) -> ClusterInfo:
-        with self.errors("probe nodes"):
-            nodes = self.client.nodes.info(
-                node_id="_local",
-                metric="plugins",
-                params={"filter_path": NODE_FILTER},
-            )
-        version, plugins = node_summary(nodes)
+        version, plugins = self.node()
         hybrid, hybrid_reason = hybrid_support(version, plugins)
         info = ClusterInfo(
             flavor=self.flavor,
