@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from es_rag.errors import ConfigurationError, RerankError
+from es_rag.models import LazyModel, auto_device
 from es_rag.types import Hit
 
 if TYPE_CHECKING:
@@ -170,32 +171,27 @@ class _LocalModelReranker(Reranker):
     ) -> None:
         super().__init__(model=model, batch_size=batch_size, max_length=max_length, timeout=timeout)
         self.device = device
-        self._lock = threading.Lock()
-        self._loaded: Any = None
         self._device_resolved: str | None = None
+        # Web servers and worker thread pools may share one reranker: loaded exactly once.
+        self._model = LazyModel(
+            self._load,
+            error=RerankError,
+            what=f"{self.backend} reranker model {model!r}",
+            check=lambda: _check_local_path(self.model),
+        )
+
+    @property
+    def loaded(self) -> bool:
+        return self._model.loaded
 
     def _get_model(self) -> Any:
-        # Web servers and worker thread pools may share one reranker: load exactly once.
-        if self._loaded is None:
-            with self._lock:
-                if self._loaded is None:
-                    _check_local_path(self.model)
-                    try:
-                        self._loaded = self._load()
-                    except Exception as exc:
-                        raise RerankError(
-                            f"cannot load {self.backend} reranker model {self.model!r}: "
-                            f"{type(exc).__name__}: {exc}"
-                        ) from exc
-        return self._loaded
+        return self._model.get()
 
     def load(self) -> None:
         self._get_model()
 
     def _resolve_device(self) -> str:
-        from es_rag.embedding import _auto_device
-
-        device = self.device or _auto_device()
+        device = self.device or auto_device()
         self._device_resolved = device
         return device
 

@@ -260,7 +260,7 @@ def test_build_reranker_from_settings() -> None:
     assert (flag.model, flag.batch_size, flag.max_length) == ("BAAI/bge-reranker-v2-m3", 8, 256)
     assert (flag.timeout, flag.use_fp16, flag.device) == (2.5, False, "cpu")
     assert flag.name == "flag:BAAI/bge-reranker-v2-m3"
-    assert flag._loaded is None  # nothing loaded, nothing downloaded
+    assert not flag.loaded  # nothing loaded, nothing downloaded
 
     cross = build_reranker(Settings(rerank_model="some/model", rerank_backend="cross-encoder"))
     assert isinstance(cross, CrossEncoderReranker)
@@ -288,7 +288,7 @@ def test_fifty_candidates_time(
     reranker = cls(model=tiny_reranker_path, device="cpu")  # batch_size 16: 4 batches
     candidates = [PASSAGES[i % len(PASSAGES)] + f" #{i}" for i in range(50)]
     reranker.load()  # outside the measurement
-    assert reranker._loaded is not None
+    assert reranker.loaded
     start = time.perf_counter()
     scores = reranker.score(QUERY, candidates)
     elapsed = time.perf_counter() - start

@@ -252,7 +252,7 @@ def test_version_is_stable_across_processes() -> None:
 
 
 def test_folder_fingerprint_follows_content(tmp_path: Path) -> None:
-    from es_rag.embedding import _folder_fingerprint
+    from es_rag.embedding.local import _folder_fingerprint
 
     folder = tmp_path / "a"
     folder.mkdir()
@@ -316,7 +316,7 @@ def test_openai_input_type_replaces_prefixes_in_version() -> None:
 
 
 def test_retry_after_parsing() -> None:
-    from es_rag.embedding import _retry_after_seconds
+    from es_rag.embedding.remote import _retry_after_seconds
 
     assert _retry_after_seconds("3") == 3.0
     assert _retry_after_seconds(None) is None
