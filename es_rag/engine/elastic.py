@@ -10,7 +10,7 @@ installed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -149,18 +149,7 @@ class ElasticsearchEngine(Engine):
         return isinstance(exc, ApiError) and exc.meta.status == 409
 
     # --- request shapes ------------------------------------------------------------------
-    def knn_body(
-        self,
-        vector: Sequence[float],
-        *,
-        acl: dict[str, Any],
-        size: int,
-        num_candidates: int,
-        filters: Sequence[dict[str, Any]] = (),
-    ) -> dict[str, Any]:
-        return build.knn_body(
-            vector, acl=acl, size=size, num_candidates=num_candidates, filters=filters
-        )
+    knn_body = staticmethod(build.knn_body)
 
     # --- cluster -------------------------------------------------------------------------
     def probe(self, index: str) -> ClusterInfo:

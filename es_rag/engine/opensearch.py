@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -214,18 +214,7 @@ class OpenSearchEngine(Engine):
         return True
 
     # --- request shapes ------------------------------------------------------------------
-    def knn_body(
-        self,
-        vector: Sequence[float],
-        *,
-        acl: dict[str, Any],
-        size: int,
-        num_candidates: int,
-        filters: Sequence[dict[str, Any]] = (),
-    ) -> dict[str, Any]:
-        return build.opensearch_knn_body(
-            vector, acl=acl, size=size, num_candidates=num_candidates, filters=filters
-        )
+    knn_body = staticmethod(build.opensearch_knn_body)
 
     # --- cluster -------------------------------------------------------------------------
     def probe_once(self) -> ClusterInfo:

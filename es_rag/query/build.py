@@ -74,6 +74,17 @@ def knn_clause(
     }
 
 
+def hits_body(size: int, **retrieval: Any) -> dict[str, Any]:
+    """A search body around ``retrieval`` (``query=``, ``knn=``…): ``size`` hits, no vectors
+    or term fields in their ``_source``, no total count (nobody reads it)."""
+    return {
+        **retrieval,
+        "size": size,
+        "_source": {"excludes": SOURCE_EXCLUDES},
+        "track_total_hits": False,
+    }
+
+
 def bm25_body(
     query_terms: str,
     *,
@@ -83,18 +94,10 @@ def bm25_body(
     content_boost: float = 1.0,
     title_boost: float = 0.5,
 ) -> dict[str, Any]:
-    return {
-        "query": bm25_query(
-            query_terms,
-            acl=acl,
-            filters=filters,
-            content_boost=content_boost,
-            title_boost=title_boost,
-        ),
-        "size": size,
-        "_source": {"excludes": SOURCE_EXCLUDES},
-        "track_total_hits": False,
-    }
+    query = bm25_query(
+        query_terms, acl=acl, filters=filters, content_boost=content_boost, title_boost=title_boost
+    )
+    return hits_body(size, query=query)
 
 
 def knn_body(
@@ -105,12 +108,8 @@ def knn_body(
     num_candidates: int,
     filters: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    return {
-        "knn": knn_clause(vector, acl=acl, k=size, num_candidates=num_candidates, filters=filters),
-        "size": size,
-        "_source": {"excludes": SOURCE_EXCLUDES},
-        "track_total_hits": False,
-    }
+    knn = knn_clause(vector, acl=acl, k=size, num_candidates=num_candidates, filters=filters)
+    return hits_body(size, knn=knn)
 
 
 def opensearch_knn_query(
@@ -148,14 +147,10 @@ def opensearch_knn_body(
     num_candidates: int,
     filters: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    return {
-        "query": opensearch_knn_query(
-            vector, acl=acl, k=size, num_candidates=num_candidates, filters=filters
-        ),
-        "size": size,
-        "_source": {"excludes": SOURCE_EXCLUDES},
-        "track_total_hits": False,
-    }
+    query = opensearch_knn_query(
+        vector, acl=acl, k=size, num_candidates=num_candidates, filters=filters
+    )
+    return hits_body(size, query=query)
 
 
 def opensearch_hybrid_body(

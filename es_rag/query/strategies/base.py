@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from es_rag.config import Settings
+from es_rag.query import build
 from es_rag.types import Hit
 
 if TYPE_CHECKING:
@@ -77,6 +78,20 @@ class Strategy(ABC):
     @abstractmethod
     def hits(self, responses: list[dict[str, Any]], q: Query) -> list[Hit]:
         """The ranked hits, pure: no I/O. ``responses`` are in the order sent."""
+
+
+def bm25_body(q: Query, size: int) -> dict[str, Any]:
+    """The BM25 search of ``q`` for ``size`` hits (with the highlight, when asked)."""
+    s = q.settings
+    body = build.bm25_body(
+        q.terms,
+        acl=q.acl,
+        size=size,
+        filters=q.filters,
+        content_boost=s.content_boost,
+        title_boost=s.title_boost,
+    )
+    return with_highlight(body, q)
 
 
 def with_highlight(body: dict[str, Any], q: Query) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from es_rag.query import build, hits
-from es_rag.query.strategies.base import Query, Request, Strategy, with_highlight
+from es_rag.query.strategies.base import Query, Request, Strategy, bm25_body, with_highlight
 from es_rag.types import Hit
 
 if TYPE_CHECKING:
@@ -20,19 +20,11 @@ class ClientFusion(Strategy):
 
     def bodies(self, q: Query, engine: Engine) -> Request:
         s = q.settings
-        bm25 = build.bm25_body(
-            q.terms,
-            acl=q.acl,
-            size=q.window,
-            filters=q.filters,
-            content_boost=s.content_boost,
-            title_boost=s.title_boost,
-        )
         knn = engine.knn_body(
             q.vector, acl=q.acl, size=q.window, num_candidates=q.num_candidates, filters=q.filters
         )
         searches = build.msearch_pair(
-            s.index, with_highlight(bm25, q), with_highlight(knn, q), search_type=s.search_type
+            s.index, bm25_body(q, q.window), with_highlight(knn, q), search_type=s.search_type
         )
         return Request(searches=searches)
 

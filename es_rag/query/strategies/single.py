@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from es_rag.query import build, hits
-from es_rag.query.strategies.base import Query, Request, Strategy, with_highlight
+from es_rag.query import hits
+from es_rag.query.strategies.base import Query, Request, Strategy, bm25_body, with_highlight
 from es_rag.types import Hit
 
 if TYPE_CHECKING:
@@ -19,17 +19,9 @@ class BM25(Strategy):
     uses_vector = False
 
     def bodies(self, q: Query, engine: Engine) -> Request:
-        s = q.settings
-        body = build.bm25_body(
-            q.terms,
-            acl=q.acl,
-            size=q.depth,
-            filters=q.filters,
-            content_boost=s.content_boost,
-            title_boost=s.title_boost,
-        )
-        params = {"search_type": s.search_type} if s.search_type != "query_then_fetch" else {}
-        return Request(body=with_highlight(body, q), params=params)
+        search_type = q.settings.search_type
+        params = {"search_type": search_type} if search_type != "query_then_fetch" else {}
+        return Request(body=bm25_body(q, q.depth), params=params)
 
     def hits(self, responses: list[dict[str, Any]], q: Query) -> list[Hit]:
         return hits.single(responses[0], "bm25")
