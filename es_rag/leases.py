@@ -24,6 +24,10 @@ expire while Redis is down, but a watcher forgets what it saw at any Redis error
 every live worker renews within a quarter lease of Redis coming back. (A worker that can
 reach the search server but not Redis for longer than a lease cannot acknowledge its task
 either; its task may then run twice, which ingestion's deterministic ids make harmless.)
+
+``requeue_lost`` covers the one gap leases cannot: a message popped by a worker that died
+before recording it is in no worker's lease, but its document's status row still holds
+the payload.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -287,6 +292,64 @@ def new_worker_id() -> str:
     import uuid
 
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def requeue_lost(
+    ingestor: Any, app: Any, client: Any, *, older_than_s: float, cap: int = 10_000
+) -> int:
+    """Send again the documents whose queue message was lost; returns how many.
+
+    Redis's queue is at-most-once in one place: a worker pops a message and only then
+    records it as taken, so a worker killed (or a Redis shut down) between the two loses
+    it. The status index still says ``queued`` (or ``running`` on a worker that is gone)
+    and keeps the payload. A document whose row has said so for ``older_than_s`` and whose
+    message is nowhere in Redis (no queue, no worker's unacknowledged set) on two passes in
+    a row, its row unchanged in between, is lost: it is enqueued again. Two passes, a
+    lease apart, leave no room for a message in flight between a pop and its record.
+    Skipped while more than ``cap`` messages wait (the backlog explains the waiting).
+    """
+    from es_rag.jobs import IngestPayload, enqueue, tenant_of
+
+    payloads = broker_payloads(client, ingestor.settings.queues, cap=cap)
+    if payloads is None:
+        return 0
+    present = set()
+    for p in payloads:
+        try:
+            present.add((tenant_of(ingestor, q := IngestPayload.model_validate(p)), q.key))
+        except ValueError:
+            continue
+    status = ingestor.status
+    status.refresh()
+    before = (datetime.now(timezone.utc) - timedelta(seconds=older_than_s)).isoformat()
+    alive = live_processes(Leases(client, lease_s=1).live())
+    rows = status.rows(status="queued", before=before)
+    rows += [
+        r for r in status.rows(status="running", before=before) if r.get("worker") not in alive
+    ]
+    memory = f"es-rag:lost-suspects:{status.name}"  # Redis may serve several deployments
+    suspects = {_text(k): _text(v) for k, v in client.hgetall(memory).items()}
+    sent, seen = 0, set()
+    for row in rows:
+        raw = row.get("payload")
+        if not raw:
+            continue
+        payload = IngestPayload.model_validate(raw)
+        key = (tenant_of(ingestor, payload), payload.key)
+        if key in present:
+            continue
+        field = json.dumps(key)
+        seen.add(field)
+        if suspects.get(field) == row.get("updated_at"):
+            enqueue(ingestor, app, payload)
+            client.hdel(memory, field)
+            sent += 1
+        else:
+            client.hset(memory, field, row.get("updated_at") or "")
+    stale = [f for f in suspects if f not in seen]
+    if stale:
+        client.hdel(memory, *stale)
+    return sent
 
 
 def _text(value: Any) -> str:

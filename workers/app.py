@@ -66,7 +66,7 @@ class LeaseStep(bootsteps.StartStopStep):
 
         def reconcile() -> int:
             """Documents whose message Redis lost go to the queue again (es_rag.jobs)."""
-            from es_rag.jobs import requeue_lost
+            from es_rag.leases import requeue_lost
             from es_rag.pipeline import Ingestor
 
             if "ingestor" not in parts:

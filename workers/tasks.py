@@ -163,7 +163,7 @@ def _parse_then_hand_over(
         jobs.record_failure(ingestor(task), p, exc, attempt=attempt, task_id=task.request.id)
         return {"doc_id": p.key, "status": "failed", "error": str(exc)}
     with _retrying(task):
-        jobs.send(task.app, "es_rag.index_document", [payload, doc.model_dump()])
+        jobs.send(task.app, "es_rag.index_document", [payload, doc.model_dump(mode="json")])
     return {"doc_id": p.key, "status": "parsed"}
 
 

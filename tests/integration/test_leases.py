@@ -20,7 +20,14 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Queue
 
-from es_rag.leases import LeaseKeeper, Leases, Watcher, lease_key, live_processes
+from es_rag.leases import (
+    LeaseKeeper,
+    Leases,
+    Watcher,
+    lease_key,
+    live_processes,
+    requeue_lost,
+)
 from es_rag.pipeline import Ingestor
 from tests.integration.test_queue import Worker, cli, settings_of, wait_status
 
@@ -232,9 +239,9 @@ def test_a_message_lost_between_pop_and_record_is_sent_again(
     assert client.llen(queue) == 1
 
     # No worker yet: two passes, the row unchanged between them, then it is sent again.
-    assert jobs.requeue_lost(ingestor, app, client, older_than_s=0) == 0  # first sighting
-    assert jobs.requeue_lost(ingestor, app, client, older_than_s=0) == 1
-    assert jobs.requeue_lost(ingestor, app, client, older_than_s=0) == 0  # present again
+    assert requeue_lost(ingestor, app, client, older_than_s=0) == 0  # first sighting
+    assert requeue_lost(ingestor, app, client, older_than_s=0) == 1
+    assert requeue_lost(ingestor, app, client, older_than_s=0) == 0  # present again
     assert client.llen(queue) == 2
 
     # And unattended: a worker's lease keeper runs the same passes on its own.

@@ -91,12 +91,19 @@ def test_a_parsed_document_crosses_the_split_queue_whole() -> None:
         updated_at="2026-01-01T00:00:00+00:00",
         elements=elements,
     )
-    acl = jobs.AclPayload(tenant="acme", allow=["group:g"])
-    payload = jobs.DocumentPayload.of(doc, acl, parse_ms=12.5)
-    wire = json.loads(json.dumps(payload.model_dump()))  # what Celery's JSON carries
-    again = jobs.DocumentPayload.model_validate(wire).document()
-    assert again == doc
-    assert again.elements == elements
+    payload = jobs.DocumentPayload(document=doc, parse_ms=12.5)
+    wire = json.loads(json.dumps(payload.model_dump(mode="json")))  # what Celery's JSON carries
+    arrived = jobs.DocumentPayload.model_validate(wire)
+    assert arrived.document == doc and arrived.parse_ms == 12.5
+    assert arrived.document.elements == elements
+    # Every field of Document travels: a field added to Document cannot be forgotten here.
+    from dataclasses import fields
+
+    assert set(wire["document"]) == {f.name for f in fields(Document)}
+    # The ACL validates itself again on arrival.
+    wire["document"]["acl"]["allowed_principals"] = []
+    with pytest.raises(AccessControlError, match="no ACL"):
+        jobs.DocumentPayload.model_validate(wire)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,81 @@
+"""The ``es-rag`` command.
+
+Contracts other tools rely on: ``search --json`` prints one JSON object; ``ingest`` prints
+one line per failed input and exits non-zero if any failed, after ingesting the others;
+every error is one line on stderr with a non-zero exit code.
+
+The global flags (``--es-url``, ``--index``…) are kept on Typer's context and read by each
+command through ``settings_of``: no module-level state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from es_rag.cli import documents, evaluating, querying, queueing
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Permission-aware hybrid retrieval for RAG on Elasticsearch.",
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    es_url: Annotated[
+        str | None, typer.Option(help="Elasticsearch or OpenSearch URL (ES_RAG_ES_URL)")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="auto | elasticsearch | opensearch (ES_RAG_ENGINE)")
+    ] = None,
+    index: Annotated[str | None, typer.Option(help="index alias (ES_RAG_INDEX)")] = None,
+    embedding_backend: Annotated[
+        str | None, typer.Option(help="sentence-transformers | flag | openai")
+    ] = None,
+    embedding_model: Annotated[str | None, typer.Option(help="model name or path")] = None,
+    embedding_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1, mps")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log progress details")] = False,
+) -> None:
+    """Settings come from ES_RAG_* environment variables; these flags override them."""
+    ctx.obj = {
+        "es_url": es_url,
+        "engine": engine,
+        "index": index,
+        "embedding_backend": embedding_backend,
+        "embedding_model": embedding_model,
+        "embedding_url": embedding_url,
+        "device": device,
+    }
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr)
+    if not verbose:
+        # The transport logs every failed attempt with a traceback; es-rag reports the
+        # outcome itself, as one line.
+        logging.getLogger("elastic_transport").setLevel(logging.ERROR)
+        logging.getLogger("opensearch").setLevel(logging.CRITICAL)
+
+
+app.command()(documents.init)
+app.command()(documents.ingest)
+app.command()(queueing.worker)
+app.command()(queueing.status)
+app.command()(queueing.requeue)
+app.command()(querying.search)
+app.command()(querying.context)
+app.command("eval")(evaluating.eval_)
+app.command()(documents.delete)
+app.command("upgrade-index")(documents.upgrade_index)
+app.command()(documents.info)
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app()

@@ -1,0 +1,222 @@
+"""What senders and operators do: enqueue, wait for outcomes, read the queue's state,
+and plan a directory sync.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from es_rag.engine.status import now_iso
+from es_rag.errors import InputError, QueueUnavailableError
+from es_rag.jobs.payloads import INGEST_TASK, AclPayload, IngestPayload, tenant_of
+from es_rag.pipeline import Ingestor, expand_paths
+
+
+def send(app: Any, name: str, args: list[Any], **options: Any) -> None:
+    """Send a task; a broker that cannot be reached is a ``QueueUnavailableError``."""
+    import kombu.exceptions
+    import redis
+
+    try:
+        app.send_task(name, args=args, **options)
+    except (kombu.exceptions.OperationalError, redis.exceptions.RedisError, OSError) as exc:
+        url = getattr(app.conf, "broker_url", "the broker")
+        raise QueueUnavailableError(
+            f"cannot enqueue {name}: Redis at {url} is unreachable ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def enqueue(ingestor: Ingestor, app: Any, payload: IngestPayload, *, retry: bool = True) -> None:
+    """A ``queued`` status row first, then the task.
+
+    In this order a fast worker's outcome is never overwritten by "queued". The sender
+    does not subscribe to the result (``ignore_result``): outcomes are read from the
+    status index, and a dead Redis then fails the send at once.
+    """
+    ingestor.status.record(
+        tenant_of(ingestor, payload),
+        payload.key,
+        "queued",
+        payload=payload.model_dump(),
+        attempts=0,
+        queued_at=now_iso(),
+    )
+    send(app, INGEST_TASK, [payload.model_dump()], ignore_result=True, retry=retry)
+
+
+FINAL = ("indexed", "skipped", "failed")
+
+
+def enqueue_files(
+    ingestor: Ingestor,
+    app: Any,
+    files: list[tuple[Path, str | None]],
+    acl: AclPayload,
+    *,
+    doc_id: str | None = None,
+    doc_version: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """(doc ids queued, rows of files that cannot be read), one task per file.
+
+    A dead broker fails at the first send (nothing is retried silently): that document
+    is recorded ``failed`` (requeue-able) and the error says how many went before it.
+    """
+    tenant = tenant_of(ingestor, acl)
+    queued: list[str] = []
+    unreadable: list[dict[str, Any]] = []
+    for path, problem in files:
+        key = doc_id or str(path)
+        if problem:
+            unreadable.append({"doc_id": key, "status": "failed", "error": problem, "attempts": 0})
+            continue
+        payload = IngestPayload(
+            path=str(path.resolve()),
+            doc_id=key,
+            doc_version=doc_version,
+            metadata=dict(metadata or {}),
+            **acl.model_dump(),
+        )
+        try:
+            enqueue(ingestor, app, payload, retry=False)
+        except QueueUnavailableError as exc:
+            ingestor.status.record(
+                tenant,
+                key,
+                "failed",
+                payload=payload.model_dump(),
+                attempts=0,
+                error_type=type(exc).__name__,
+                error=str(exc),
+            )
+            raise QueueUnavailableError(
+                f"cannot enqueue: Redis at {ingestor.settings.redis_url} is unreachable; "
+                f"{len(queued)} document(s) were queued before it failed"
+            ) from exc
+        queued.append(key)
+    return queued, unreadable
+
+
+def wait_for(
+    ingestor: Ingestor,
+    keys: list[str],
+    *,
+    tenant: str,
+    timeout: float,
+    on_final: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Follow the status index until every document of ``keys`` has a final row.
+
+    Raises ``TimeoutError`` after ``timeout`` seconds. Rows running past the hard time
+    limit are expired on the way (every 30 s: they are minutes old anyway).
+    """
+    status = ingestor.status
+    done: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    next_expiry = 0.0
+    while len(done) < len(keys):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"gave up waiting after {timeout:g} s: {len(keys) - len(done)} document(s) not "
+                "finished (is a worker running? `es-rag worker`); see `es-rag status`"
+            )
+        time.sleep(0.5)
+        status.refresh()
+        if time.monotonic() >= next_expiry:
+            expire_stuck(ingestor)
+            next_expiry = time.monotonic() + 30.0
+        pending = [k for k in keys if k not in done]
+        for row in status.rows(doc_ids=pending[:1000], tenant=tenant):
+            if row["status"] in FINAL and row["doc_id"] not in done:
+                done[row["doc_id"]] = row
+                if on_final is not None:
+                    on_final(row)
+    return done
+
+
+def status_report(
+    ingestor: Ingestor, *, tenant: str | None = None, limit: int = 50
+) -> dict[str, Any]:
+    """What ``es-rag status`` shows: queue depth, live workers, counts per status, failed
+    rows, rows orphaned on dead workers, and messages awaiting redelivery."""
+    import redis
+
+    from es_rag.leases import Leases, live_processes
+
+    settings = ingestor.settings
+    st = ingestor.status
+    expire_stuck(ingestor)
+    st.refresh()
+    counts = st.counts(tenant=tenant)
+    failed = [
+        {
+            "tenant": r.get("tenant_id"),
+            "doc_id": r["doc_id"],
+            "error_type": r.get("error_type"),
+            "error": r.get("error"),
+            "reason": r.get("reason"),
+            "attempts": r.get("attempts"),
+        }
+        for r in st.rows(status="failed", tenant=tenant)[:limit]
+    ]
+    try:
+        client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+        depth = sum(int(client.llen(q)) for q in settings.queues)
+        leases = Leases(client, lease_s=settings.worker_lease_seconds)
+        live = leases.live()
+        awaiting = sum(len(leases.held_by(w)) for w in leases.workers() if w not in live)
+    except redis.exceptions.RedisError as exc:
+        raise QueueUnavailableError(f"Redis at {settings.redis_url} unreachable ({exc})") from exc
+    alive = live_processes(live)
+    orphaned = [
+        {
+            "tenant": r.get("tenant_id"),
+            "doc_id": r["doc_id"],
+            "worker": r.get("worker"),
+            "started_at": r.get("started_at"),
+        }
+        for r in st.rows(status="running", tenant=tenant)
+        if r.get("worker") not in alive
+    ]
+    return {
+        "queue_depth": depth,
+        "workers": len(live),
+        "counts": counts,
+        "failed": failed,
+        "orphaned": orphaned,
+        "awaiting_redelivery": awaiting,
+    }
+
+
+def expire_stuck(ingestor: Ingestor) -> list[str]:
+    """Rows ``running`` past the hard time limit (plus a minute) become failed: timeout."""
+    return ingestor.status.expire(running_for_s=ingestor.settings.task_time_limit + 60)
+
+
+def plan_sync(
+    ingestor: Ingestor, folder: str, acl: AclPayload, metadata: dict[str, Any] | None = None
+) -> tuple[list[IngestPayload], list[str]]:
+    """(files to enqueue, doc ids to delete) to make the tenant's index mirror ``folder``.
+
+    Every supported file under ``folder`` is enqueued (an unchanged one costs one state
+    check in the worker and is skipped); the tenant's documents whose ids are paths under
+    ``folder`` but whose files are gone are deleted. Other tenants' documents are never
+    listed, whatever their ids.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise InputError(f"{folder}: not a directory")
+    payloads = [
+        IngestPayload(path=str(path), metadata=dict(metadata or {}), **acl.model_dump())
+        for path, problem in expand_paths([root])
+        if problem is None
+    ]
+    present = {p.key for p in payloads}
+    prefix = str(root).rstrip("/") + "/"
+    if ingestor.index.exists():
+        ingestor.index.refresh()  # documents indexed a moment ago must count as present
+    indexed = ingestor.index.doc_ids(tenant=tenant_of(ingestor, acl), prefix=prefix)
+    return payloads, sorted(d for d in indexed if d not in present)
