@@ -1,4 +1,4 @@
-"""Ingest one document end to end: parse, chunk, analyse, embed, write, drop stale chunks.
+"""The Ingestor: one document end to end: parse, chunk, analyse, embed, write, drop stale.
 
 Used inline by the CLI and by the Celery worker. The write order is what keeps
 readers safe: a changed document's new chunks are written first, then the chunks that are
@@ -9,22 +9,17 @@ rolls back what it added, so no document is left half-indexed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from es_rag.acl import identity_policy, normalize_acl, normalize_tenant
-from es_rag.analysis import TextAnalyzer, detect_language
+from es_rag.analysis import TextAnalyzer
 from es_rag.chunking import (
     CHUNKER_VERSION,
-    TEXT_PARSER_VERSION,
     Counter,
     chunk_elements,
     text_elements,
@@ -44,40 +39,33 @@ from es_rag.errors import (
     InputError,
     TransientError,
 )
-from es_rag.parsing import Parser, file_problem, parser_version
+from es_rag.files import expand_paths, load_document
+from es_rag.parsing import Parser, parser_version
 from es_rag.parts import Parts
+from es_rag.rows import (
+    RowMaker,
+    access_actions,
+    acl_hash,
+    chunk_id,
+    embedding_text,
+    fence_version,
+)
 from es_rag.types import AccessControl, Chunk, Document, IngestResult, IngestStatus
 
 log = logging.getLogger(__name__)
 
-_LANG_CODES = {
-    "english": "en",
-    "french": "fr",
-    "german": "de",
-    "spanish": "es",
-    "italian": "it",
-    "portuguese": "pt",
-    "dutch": "nl",
-    "russian": "ru",
-    "swedish": "sv",
-}
-
-
-def chunk_id(tenant: str, doc_id: str, doc_version: str, chunk_type: str, ordinal: int) -> str:
-    """Deterministic: a retried or redelivered ingest writes the very same ids.
-
-    The tenant is part of the key (id version 2): two tenants' documents with the same id
-    are two documents and can never overwrite each other's rows.
-    """
-    key = json.dumps([tenant, doc_id, doc_version, chunk_type, ordinal], ensure_ascii=False)
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
-
-
-def embedding_text(chunk: Chunk, *, prefix: bool = True) -> str:
-    """The context header travels with the text into BM25 terms and the embedding."""
-    if prefix and chunk.context_header:
-        return f"{chunk.context_header}\n{chunk.content}"
-    return chunk.content
+# Where users import them from: the row helpers (es_rag.rows) and the file helpers
+# (es_rag.files) lived here before.
+__all__ = [
+    "Ingestor",
+    "access_actions",
+    "acl_hash",
+    "chunk_id",
+    "embedding_text",
+    "expand_paths",
+    "fence_version",
+    "load_document",
+]
 
 
 class Ingestor(Parts):
@@ -99,6 +87,7 @@ class Ingestor(Parts):
         self._dims = 0
         self._parser: Parser | None = None
         self._tokens: tuple[Counter, int | None] | None = None
+        self._row_maker: RowMaker | None = None
 
     @property
     def parser(self) -> Parser:
@@ -123,6 +112,18 @@ class Ingestor(Parts):
         if self._index is None:
             self._index = ChunkIndex(self.engine, self.settings.index)
         return self._index
+
+    @property
+    def row_maker(self) -> RowMaker:
+        """What rows look like for this ingestor (pure; es_rag.rows)."""
+        if self._row_maker is None:
+            self._row_maker = RowMaker(
+                settings=self.settings,
+                analyzer=self.analyzer,
+                embedding_model=self.embedder.model,
+                embedding_version=self.embedder.embedding_version,
+            )
+        return self._row_maker
 
     @property
     def status(self) -> StatusIndex:
@@ -286,92 +287,118 @@ class Ingestor(Parts):
         )
         if not chunks:
             raise EmptyDocumentError(f"{doc.doc_id}: no text to index")
-        doc_hash = self.doc_hash(doc, title)
+        doc_hash = self.row_maker.doc_hash(doc, title)
         plan = _Plan(position, doc, title, chunks, doc_hash, doc.doc_version or doc_hash[:16])
         plan.fence = fence_version(doc.doc_version)
         plan.timings["chunk"] = _ms(t0)
         return plan
 
     def _write(self, plans: list[_Plan], out: list[IngestResult | EsRagError | None]) -> None:
-        """Embed every planned chunk, write all rows, then roll back or clean up per doc."""
+        """Embed every planned chunk, write all rows, then roll back or clean up per doc.
+
+        The order keeps readers safe: new rows first, old rows deleted last; an attempt that
+        failed (or was overtaken by a newer version) removes only what it added.
+        """
         t0 = time.perf_counter()
-        blocks = self._write_blocks()
-        if blocks:
-            blocked = IndexBlockedError(
-                f"the index refuses writes ({', '.join(blocks)}); free disk space or lift the "
-                "block, then requeue: nothing was written"
-            )
+        refused = self._refusal(plans)
+        if refused is None:
+            refused = self._embed(plans)
+        if isinstance(refused, EsRagError):
             for p in plans:
-                out[p.position] = blocked
+                out[p.position] = refused
             return
+        embed_ms, total = _ms(t0), max(sum(len(p.children) for p in plans), 1)
+        t0 = time.perf_counter()
+        self._bulk_write(plans)
+        self._mark_superseded(plans)
+        stale_failures = self._clean_up(plans)
+        index_ms = _ms(t0)
+        for p in plans:
+            p.timings["embed"] = embed_ms * len(p.children) / total
+            p.timings["index"] = index_ms * len(p.children) / total
+            out[p.position] = self._outcome(p, stale_failures)
+
+    def _refusal(self, plans: list[_Plan]) -> EsRagError | None:
+        blocks = self._write_blocks()
+        if not blocks:
+            return None
+        return IndexBlockedError(
+            f"the index refuses writes ({', '.join(blocks)}); free disk space or lift the "
+            "block, then requeue: nothing was written"
+        )
+
+    def _embed(self, plans: list[_Plan]) -> EsRagError | None:
+        """One embedding stream for every child of the batch; each plan gets its rows."""
         prefix = self.settings.context_header_prefix
         texts = [embedding_text(c, prefix=prefix) for p in plans for c in p.children]
         try:
             vectors = self.embedder.embed(texts, kind="passage")
-            expected = self._dims
-            if vectors.shape[1] != expected:
-                raise DimensionMismatchError(expected=expected, got=int(vectors.shape[1]))
+            if vectors.shape[1] != self._dims:
+                raise DimensionMismatchError(expected=self._dims, got=int(vectors.shape[1]))
         except EsRagError as exc:
-            for p in plans:
-                out[p.position] = exc
-            return
-        embed_ms = _ms(t0)
-        rows: list[dict[str, Any]] = []
-        owner: dict[str, _Plan] = {}
+            return exc
         start = 0
         for p in plans:
             part = vectors[start : start + len(p.children)].tolist()
             start += len(p.children)
-            for row in self._rows(p.doc, p.title, p.chunks, part, p.doc_hash, p.version):
-                rows.append(row)
-                owner[row["_id"]] = p
-                p.new_ids.add(row["_id"])
-            p.timings["embed"] = embed_ms * len(p.children) / max(len(texts), 1)
+            p.rows = list(
+                self.row_maker.rows(p.doc, p.title, p.chunks, part, p.doc_hash, p.version)
+            )
+            p.new_ids = {row["_id"] for row in p.rows}
+        return None
 
-        t0 = time.perf_counter()
+    def _bulk_write(self, plans: list[_Plan]) -> None:
+        owner = {cid: p for p in plans for cid in p.new_ids}
         outcome = self.index.bulk(
-            rows,
+            (row for p in plans for row in p.rows),
             chunk_size=self.settings.bulk_chunk_size,
             max_retries=self.settings.bulk_max_retries,
             initial_backoff=self.settings.bulk_initial_backoff,
         )
         for failure in outcome.failures:
             owner[failure["chunk_id"]].failures.append(failure)
+
+    def _mark_superseded(self, plans: list[_Plan]) -> None:
+        """A newer version accepted while this one was being written wins."""
         for p in plans:
-            # A newer version accepted while this one was being written wins: this attempt
-            # removes what it added and leaves the newer rows alone.
             if p.fence is not None and not p.failures:
                 newest = self.status.newest_version(p.doc.acl.tenant_id, p.doc.doc_id)
                 if newest is not None and newest > p.fence:
                     p.superseded = newest
+
+    def _clean_up(self, plans: list[_Plan]) -> dict[str, dict[str, Any]]:
+        """Roll back failed or overtaken attempts; delete the rows the new version replaced.
+
+        Returns the stale deletes that failed, by chunk id.
+        """
         rollback: dict[str, str] = {}
         stale: dict[str, str] = {}
         for p in plans:
             if p.failures or p.superseded is not None:
-                # Roll back what this attempt added; the previous version stays whole.
+                # What this attempt added goes; the previous version stays whole.
                 rollback.update({i: self.settings.index for i in p.new_ids - set(p.old)})
             else:
                 stale.update({c: idx for c, idx in p.old.items() if c not in p.new_ids})
         if rollback:
             self.index.delete_chunks(rollback)
-        cleanup = self.index.delete_chunks(stale) if stale else None
-        stale_failures = {f["chunk_id"] for f in cleanup.failures} if cleanup else set()
-        index_ms = _ms(t0)
-        for p in plans:
-            p.timings["index"] = index_ms * len(p.children) / max(len(texts), 1)
-            leftover = [c for c in p.old if c not in p.new_ids and c in stale_failures]
-            if p.superseded is not None:
-                res = p.result("skipped", reason="stale-version")
-                res.error = f"version {p.fence} was superseded by {p.superseded} while writing"
-                out[p.position] = res
-            elif p.failures:
-                out[p.position] = bulk_error(f"indexing {p.doc.doc_id}", p.failures)
-            elif leftover:
-                failures = [f for f in cleanup.failures if f["chunk_id"] in leftover]  # type: ignore[union-attr]
-                out[p.position] = bulk_error(f"deleting stale chunks of {p.doc.doc_id}", failures)
-            else:
-                deleted = sum(1 for c in p.old if c not in p.new_ids)
-                out[p.position] = p.result("indexed", deleted=deleted)
+        if not stale:
+            return {}
+        return {f["chunk_id"]: f for f in self.index.delete_chunks(stale).failures}
+
+    def _outcome(
+        self, p: _Plan, stale_failures: dict[str, dict[str, Any]]
+    ) -> IngestResult | EsRagError:
+        if p.superseded is not None:
+            res = p.result("skipped", reason="stale-version")
+            res.error = f"version {p.fence} was superseded by {p.superseded} while writing"
+            return res
+        if p.failures:
+            return bulk_error(f"indexing {p.doc.doc_id}", p.failures)
+        gone = [c for c in p.old if c not in p.new_ids]
+        leftover = [stale_failures[c] for c in gone if c in stale_failures]
+        if leftover:
+            return bulk_error(f"deleting stale chunks of {p.doc.doc_id}", leftover)
+        return p.result("indexed", deleted=len(gone))
 
     def _write_blocks(self) -> list[str]:
         """The index's write blocks; a clear answer is trusted for 10 s (one request per
@@ -382,102 +409,6 @@ class Ingestor(Parts):
         blocks = self.engine.write_blocks(self.settings.index)
         self._unblocked_at = None if blocks else now
         return blocks
-
-    def doc_hash(self, doc: Document, title: str) -> str:
-        """Everything that ends up in the rows, so any change is seen; 96 hex characters.
-
-        Three parts: the content (text, chunking, models… everything that needs parsing
-        or embedding), the ACL and the metadata. A change in the last two alone takes the
-        access-only path (no embedding); ``update_acl`` rewrites the ACL part, so a later
-        re-ingest of the same text with that ACL finds nothing to do.
-        """
-        s = self.settings
-        payload = {
-            "text": doc.text,
-            "elements": [e.to_dict() for e in doc.elements],
-            "title": title,
-            "source_uri": doc.source_uri,
-            "mime": doc.mime_type,
-            "doc_version": doc.doc_version,
-            "chunker": CHUNKER_VERSION,
-            "chunking": [
-                s.chunk_size,
-                s.chunk_overlap,
-                s.parent_chunk_size,
-                s.context_header_prefix,
-            ],
-            "analyzer": self.analyzer.version,
-            "parser": _parser_of(doc),
-        }
-        return _hash(payload) + acl_hash(doc.acl) + _hash(doc.metadata)
-
-    def _rows(
-        self,
-        doc: Document,
-        title: str,
-        chunks: Sequence[Chunk],
-        vectors: list[list[float]],
-        doc_hash: str,
-        version: str,
-    ) -> Iterator[dict[str, Any]]:
-        """Index actions for every chunk; children get the vectors (in order) and terms."""
-        now = datetime.now(timezone.utc).isoformat()
-        default_lang = _LANG_CODES.get(
-            self.settings.analyzer_language, self.settings.analyzer_language
-        )
-        child_vectors = iter(vectors)
-        tenant = doc.acl.tenant_id
-        for chunk in chunks:
-            cid = chunk_id(tenant, doc.doc_id, version, chunk.chunk_type, chunk.ordinal)
-            source: dict[str, Any] = {
-                "chunk_id": cid,
-                "doc_id": doc.doc_id,
-                "doc_version": version,
-                "chunk_type": chunk.chunk_type,
-                "parent_id": None,
-                "ordinal": chunk.ordinal,
-                "chunk_count": len(chunks),
-                "title": title,
-                "title_path": list(chunk.title_path),
-                "context_header": chunk.context_header,
-                "content": chunk.content,
-                "source_uri": doc.source_uri,
-                "mime_type": doc.mime_type,
-                "page_start": chunk.page_start,
-                "page_end": chunk.page_end,
-                "element_types": list(chunk.element_types),
-                "language": detect_language(chunk.content, default=default_lang),
-                "content_hash": hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()[:32],
-                "doc_hash": doc_hash,
-                "parser_version": _parser_of(doc),
-                "chunker_version": CHUNKER_VERSION,
-                "embedding_model": self.embedder.model,
-                "embedding_version": self.embedder.embedding_version,
-                "analyzer_version": self.analyzer.version,
-                "updated_at": doc.updated_at or now,
-                "indexed_at": now,
-                **doc.acl.as_fields(),
-                "metadata": doc.metadata,
-            }
-            if chunk.chunk_type == "child":
-                # Parents are context only: no vector, no terms, never matched by a search.
-                source["embedding"] = next(child_vectors)
-                source["content_terms"] = self.analyzer.analyze(
-                    embedding_text(chunk, prefix=self.settings.context_header_prefix)
-                )
-                source["title_terms"] = self.analyzer.analyze(" ".join(chunk.title_path))
-                if chunk.parent_ordinal is not None:
-                    source["parent_id"] = chunk_id(
-                        tenant, doc.doc_id, version, "parent", chunk.parent_ordinal
-                    )
-            yield {
-                "_op_type": "index",
-                "_index": self.settings.index,
-                "_id": cid,
-                "_source": source,
-            }
-        if next(child_vectors, None) is not None:
-            raise ValueError("more vectors than child chunks")  # a bug in the caller
 
     # --- files ---------------------------------------------------------------------------
     def ingest_paths(
@@ -619,6 +550,7 @@ class _Plan:
     doc_hash: str
     version: str
     old: dict[str, str] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     new_ids: set[str] = field(default_factory=set)
     failures: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -645,42 +577,6 @@ class _Plan:
         )
 
 
-def _parser_of(doc: Document) -> str:
-    """Unstructured (a parsed file) or es-rag's own reader of Markdown-flavoured text."""
-    return parser_version() if doc.elements else TEXT_PARSER_VERSION
-
-
-def acl_hash(acl: AccessControl) -> str:
-    return _hash(acl.as_fields())
-
-
-def _hash(value: Any) -> str:
-    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
-
-
-def access_actions(
-    locations: dict[str, str], fields: dict[str, Any], *, reset_metadata: bool = False
-) -> Iterator[dict[str, Any]]:
-    """Partial updates of access fields (and metadata) for every row, by id.
-
-    A partial update merges objects into ``_source``, so a metadata key that was removed
-    would survive; ``reset_metadata`` first sets ``metadata`` to null, then the second
-    update writes the new object whole (both in one bulk request, applied in order).
-    """
-    for cid, idx in sorted(locations.items()):
-        if reset_metadata:
-            yield {"_op_type": "update", "_index": idx, "_id": cid, "doc": {"metadata": None}}
-        yield {"_op_type": "update", "_index": idx, "_id": cid, "doc": fields}
-
-
-def fence_version(version: str | None) -> int | None:
-    """Versions that are non-negative integers are ordered and fenced; others are labels."""
-    if version is not None and version.isdigit() and len(version) < 19:
-        return int(version)
-    return None
-
-
 def _failed(doc_id: str, exc: Exception, *, tenant: str | None = None) -> IngestResult:
     return IngestResult(
         doc_id=doc_id,
@@ -693,55 +589,3 @@ def _failed(doc_id: str, exc: Exception, *, tenant: str | None = None) -> Ingest
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
-
-
-def expand_paths(paths: Iterable[str | Path]) -> Iterator[tuple[Path, str | None]]:
-    """Files to ingest, with a reason for those that cannot be (reported, not dropped).
-
-    Inside a folder, links to folders are reported, not followed (a link loop cannot trap
-    the walk); dotfiles and dot-folders are skipped. Which files are documents is
-    decided by their content when they are parsed, not by their names.
-    """
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():  # a folder named on the command line is walked, link or not
-            for folder, dirs, names in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                # os.walk lists links to folders among the folders (and does not enter
-                # them): report them like files, so that nothing is dropped silently.
-                links = [d for d in dirs if (Path(folder) / d).is_symlink()]
-                dirs[:] = [d for d in dirs if d not in links]
-                for name in sorted([*names, *links]):
-                    if not name.startswith("."):
-                        child = Path(folder) / name
-                        yield child, file_problem(child)
-        else:
-            yield path, file_problem(path)
-
-
-def load_document(
-    path: Path,
-    *,
-    parser: Parser,
-    acl: AccessControl,
-    doc_id: str | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> Document:
-    """A file parsed into a Document; ``doc_id`` defaults to the path as given.
-
-    Raises an ``InputError`` subclass naming the file and the reason (unsupported type,
-    encrypted, corrupt, empty or needing OCR, too large, a parse limit hit).
-    """
-    parsed = parser.parse(path)
-    stat = path.stat()
-    return Document(
-        doc_id=doc_id or str(path),
-        text=parsed.text,
-        elements=tuple(parsed.elements),
-        acl=acl,
-        title=parsed.title,
-        source_uri=path.resolve().as_uri(),
-        mime_type=parsed.mime,
-        metadata=dict(metadata or {}),
-        updated_at=datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(),
-    )

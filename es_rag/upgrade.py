@@ -26,7 +26,8 @@ from es_rag.acl import identity_policy, normalize_principal, normalize_tenant
 from es_rag.engine.mapping import ID_VERSION
 from es_rag.engine.status import status_key
 from es_rag.errors import IndexContractError
-from es_rag.pipeline import Ingestor, _hash, chunk_id
+from es_rag.pipeline import Ingestor
+from es_rag.rows import chunk_id, hash_of
 
 _ACCESS = ("allowed_principals", "denied_principals")
 
@@ -126,8 +127,8 @@ def _rewrite_rows(
             if src.get("parent_id"):
                 src["parent_id"] = new_ids.get(src["parent_id"], src["parent_id"])
             old_hash = str(src.get("doc_hash") or "")
-            acl_part = _hash({k: src[k] for k in ("tenant_id", "visibility", *_ACCESS)})
-            src["doc_hash"] = old_hash[:32] + acl_part + _hash(src.get("metadata") or {})
+            acl_part = hash_of({k: src[k] for k in ("tenant_id", "visibility", *_ACCESS)})
+            src["doc_hash"] = old_hash[:32] + acl_part + hash_of(src.get("metadata") or {})
             report.rewritten += 1
             if progress:
                 progress(1)

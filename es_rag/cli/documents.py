@@ -66,8 +66,9 @@ def ingest(
 ) -> None:
     """Ingest files inline, or through the queue with --queue (workers: `es-rag worker`)."""
     from es_rag.acl import make_acl
+    from es_rag.files import expand_paths
     from es_rag.jobs import AclPayload
-    from es_rag.pipeline import Ingestor, expand_paths
+    from es_rag.pipeline import Ingestor
 
     settings = settings_of(ctx)
     acl = run(

@@ -11,8 +11,9 @@ from typing import Any
 
 from es_rag.engine.status import now_iso
 from es_rag.errors import InputError, QueueUnavailableError
+from es_rag.files import expand_paths
 from es_rag.jobs.payloads import INGEST_TASK, AclPayload, IngestPayload, tenant_of
-from es_rag.pipeline import Ingestor, expand_paths
+from es_rag.pipeline import Ingestor
 
 
 def send(app: Any, name: str, args: list[Any], **options: Any) -> None:

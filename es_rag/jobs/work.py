@@ -20,8 +20,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from es_rag.engine.status import now_iso
 from es_rag.errors import EsRagError, TransientError
+from es_rag.files import load_document
 from es_rag.jobs.payloads import AclPayload, DocumentPayload, IngestPayload, tenant_of
-from es_rag.pipeline import Ingestor, load_document
+from es_rag.pipeline import Ingestor
 from es_rag.types import IngestResult
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,187 @@
+"""Pure row building: what one document becomes in the index, and how it is recognised.
+
+Chunk ids, the three-part document hash, the rows themselves and the partial updates of the
+access-only path are all functions of their inputs: the ``Ingestor`` decides what to write
+and when, this module decides what it looks like. Field names are the index contract
+(``mappings/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from es_rag.analysis import TextAnalyzer, detect_language
+from es_rag.chunking import CHUNKER_VERSION, TEXT_PARSER_VERSION
+from es_rag.config import Settings
+from es_rag.parsing import parser_version
+from es_rag.types import AccessControl, Chunk, Document
+
+_LANG_CODES = {
+    "english": "en",
+    "french": "fr",
+    "german": "de",
+    "spanish": "es",
+    "italian": "it",
+    "portuguese": "pt",
+    "dutch": "nl",
+    "russian": "ru",
+    "swedish": "sv",
+}
+
+
+def chunk_id(tenant: str, doc_id: str, doc_version: str, chunk_type: str, ordinal: int) -> str:
+    """Deterministic: a retried or redelivered ingest writes the very same ids.
+
+    The tenant is part of the key (id version 2): two tenants' documents with the same id
+    are two documents and can never overwrite each other's rows.
+    """
+    key = json.dumps([tenant, doc_id, doc_version, chunk_type, ordinal], ensure_ascii=False)
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def embedding_text(chunk: Chunk, *, prefix: bool = True) -> str:
+    """The context header travels with the text into BM25 terms and the embedding."""
+    if prefix and chunk.context_header:
+        return f"{chunk.context_header}\n{chunk.content}"
+    return chunk.content
+
+
+@dataclass(frozen=True)
+class RowMaker:
+    """How this ingestor writes rows: the settings, analyzer and model they record."""
+
+    settings: Settings
+    analyzer: TextAnalyzer
+    embedding_model: str
+    embedding_version: str
+
+    def doc_hash(self, doc: Document, title: str) -> str:
+        """Everything that ends up in the rows, so any change is seen; 96 hex characters.
+
+        Three parts: the content (text, chunking, models… everything that needs parsing
+        or embedding), the ACL and the metadata. A change in the last two alone takes the
+        access-only path (no embedding); ``update_acl`` rewrites the ACL part, so a later
+        re-ingest of the same text with that ACL finds nothing to do.
+        """
+        s = self.settings
+        payload = {
+            "text": doc.text,
+            "elements": [e.to_dict() for e in doc.elements],
+            "title": title,
+            "source_uri": doc.source_uri,
+            "mime": doc.mime_type,
+            "doc_version": doc.doc_version,
+            "chunker": CHUNKER_VERSION,
+            "chunking": [
+                s.chunk_size,
+                s.chunk_overlap,
+                s.parent_chunk_size,
+                s.context_header_prefix,
+            ],
+            "analyzer": self.analyzer.version,
+            "parser": parser_of(doc),
+        }
+        return hash_of(payload) + acl_hash(doc.acl) + hash_of(doc.metadata)
+
+    def rows(
+        self,
+        doc: Document,
+        title: str,
+        chunks: Sequence[Chunk],
+        vectors: list[list[float]],
+        doc_hash: str,
+        version: str,
+    ) -> Iterator[dict[str, Any]]:
+        """Index actions for every chunk; children get the vectors (in order) and terms."""
+        s = self.settings
+        now = datetime.now(timezone.utc).isoformat()
+        default_lang = _LANG_CODES.get(s.analyzer_language, s.analyzer_language)
+        child_vectors = iter(vectors)
+        tenant = doc.acl.tenant_id
+        for chunk in chunks:
+            cid = chunk_id(tenant, doc.doc_id, version, chunk.chunk_type, chunk.ordinal)
+            source: dict[str, Any] = {
+                "chunk_id": cid,
+                "doc_id": doc.doc_id,
+                "doc_version": version,
+                "chunk_type": chunk.chunk_type,
+                "parent_id": None,
+                "ordinal": chunk.ordinal,
+                "chunk_count": len(chunks),
+                "title": title,
+                "title_path": list(chunk.title_path),
+                "context_header": chunk.context_header,
+                "content": chunk.content,
+                "source_uri": doc.source_uri,
+                "mime_type": doc.mime_type,
+                "page_start": chunk.page_start,
+                "page_end": chunk.page_end,
+                "element_types": list(chunk.element_types),
+                "language": detect_language(chunk.content, default=default_lang),
+                "content_hash": hashlib.sha256(chunk.content.encode("utf-8")).hexdigest()[:32],
+                "doc_hash": doc_hash,
+                "parser_version": parser_of(doc),
+                "chunker_version": CHUNKER_VERSION,
+                "embedding_model": self.embedding_model,
+                "embedding_version": self.embedding_version,
+                "analyzer_version": self.analyzer.version,
+                "updated_at": doc.updated_at or now,
+                "indexed_at": now,
+                **doc.acl.as_fields(),
+                "metadata": doc.metadata,
+            }
+            if chunk.chunk_type == "child":
+                # Parents are context only: no vector, no terms, never matched by a search.
+                source["embedding"] = next(child_vectors)
+                source["content_terms"] = self.analyzer.analyze(
+                    embedding_text(chunk, prefix=s.context_header_prefix)
+                )
+                source["title_terms"] = self.analyzer.analyze(" ".join(chunk.title_path))
+                if chunk.parent_ordinal is not None:
+                    source["parent_id"] = chunk_id(
+                        tenant, doc.doc_id, version, "parent", chunk.parent_ordinal
+                    )
+            yield {"_op_type": "index", "_index": s.index, "_id": cid, "_source": source}
+        if next(child_vectors, None) is not None:
+            raise ValueError("more vectors than child chunks")  # a bug in the caller
+
+
+def parser_of(doc: Document) -> str:
+    """Unstructured (a parsed file) or es-rag's own reader of Markdown-flavoured text."""
+    return parser_version() if doc.elements else TEXT_PARSER_VERSION
+
+
+def acl_hash(acl: AccessControl) -> str:
+    return hash_of(acl.as_fields())
+
+
+def hash_of(value: Any) -> str:
+    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def access_actions(
+    locations: dict[str, str], fields: dict[str, Any], *, reset_metadata: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Partial updates of access fields (and metadata) for every row, by id.
+
+    A partial update merges objects into ``_source``, so a metadata key that was removed
+    would survive; ``reset_metadata`` first sets ``metadata`` to null, then the second
+    update writes the new object whole (both in one bulk request, applied in order).
+    """
+    for cid, idx in sorted(locations.items()):
+        if reset_metadata:
+            yield {"_op_type": "update", "_index": idx, "_id": cid, "doc": {"metadata": None}}
+        yield {"_op_type": "update", "_index": idx, "_id": cid, "doc": fields}
+
+
+def fence_version(version: str | None) -> int | None:
+    """Versions that are non-negative integers are ordered and fenced; others are labels."""
+    if version is not None and version.isdigit() and len(version) < 19:
+        return int(version)
+    return None
