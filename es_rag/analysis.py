@@ -29,6 +29,7 @@ from typing import Any
 
 import Stemmer
 
+from es_rag import cjk
 from es_rag.errors import ConfigurationError
 
 __all__ = [
@@ -87,9 +88,7 @@ _STOPWORDS: dict[str, tuple[str, frozenset[str]]] = {
 
 # --- character classes -------------------------------------------------------------------
 
-# CJK ideographs: Extension A, the URO, compatibility ideographs (NFKC maps most of them to
-# the URO anyway), 〇, and the supplementary planes 2 and 3 (Extensions B-H).
-_HAN = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
+_HAN = cjk.HAN
 
 
 def _mark_class() -> str:
@@ -219,24 +218,13 @@ def detect_language(text: str, default: str = "en") -> str:
     han = 0
     other = 0
     for ch in text:
-        if _is_han(ch):
+        if cjk.is_han(ch):
             han += 1
         elif ch.isalpha():
             other += 1
     if han and 3 * han >= other:
         return "zh"
     return default
-
-
-def _is_han(ch: str) -> bool:
-    cp = ord(ch)
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x20000 <= cp <= 0x3FFFF
-        or cp == 0x3007
-    )
 
 
 # --- the analyzer ------------------------------------------------------------------------

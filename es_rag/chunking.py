@@ -14,37 +14,35 @@ code block are never cut: a table too big for one child is split between rows, a
 part repeats the caption and the header row; code runs whole unless it exceeds a parent.
 Headings that head nothing (a trailing "Regards") are kept as text, so nothing is lost.
 
-:func:`text_elements` reads Markdown-flavoured plain text (the Python API's
-``Document(text=...)``) into the same elements the parser produces for files.
+:func:`text_elements` (es_rag.markdown) reads Markdown-flavoured plain text (the Python
+API's ``Document(text=...)``) into the same elements the parser produces for files.
 """
 
 from __future__ import annotations
 
-import html as html_lib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from es_rag import cjk
+from es_rag.markdown import text_elements
 from es_rag.types import Chunk, Element
 
-CHUNKER_VERSION = "structure-1"
+# 2: CJK counting shared with analysis and cleaning (kana and the rarer Han blocks count
+# one per character, as the common ones did).
+CHUNKER_VERSION = "structure-2"
 # The parser_version of documents given as text (``text_elements``), not as files.
-TEXT_PARSER_VERSION = "es-rag-text-1"
+TEXT_PARSER_VERSION = "es-rag-text-2"  # 2: markdown-it-py (CommonMark + GFM tables)
 
 Counter = Callable[[str], int]
 
-_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\s\u3400-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(f"[{cjk.LETTERS}]|[^\\s{cjk.LETTERS}]+")
 _LATIN_BREAK = re.compile(r"(?<=[.!?;:])\s+(?=\S)")
 # A CJK sentence ends at 。！？；… and keeps the closing quotes or brackets that follow.
 _CJK_SENTENCE = re.compile(r"[^。！？；…]*[。！？；…]+[”’」』）)\]\"']*|[^。！？；…]+")
-_CJK_CHAR = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_SETEXT = re.compile(r"^(=+|-+)\s*$")
-_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(.*)$")
-_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
-_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+_CJK_CHAR = re.compile(f"[{cjk.UNSPACED}]")
+# A list item that already carries its marker (Markdown text); others get "- ".
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s")
 _MIN_CHILD = 16
 
 
@@ -271,7 +269,7 @@ def _units(elements: Sequence[Element], limit: int, cap: int, count: Counter) ->
         text = el.text.strip()
         if not text:
             continue
-        if el.kind == "list_item" and not _LIST_ITEM.match(text):
+        if el.kind == "list_item" and not _LIST_MARKER.match(text):
             text = "- " + text
         sentences = _sentences(text)
         if el.kind == "notes" and sentences:
@@ -411,84 +409,3 @@ def chunk_elements(
 def chunk_text(text: str, *, title: str, **options: object) -> list[Chunk]:
     """:func:`chunk_elements` over :func:`text_elements` (Markdown-flavoured text)."""
     return chunk_elements(text_elements(text), title=title, **options)  # type: ignore[arg-type]
-
-
-# --- Markdown-flavoured text -> elements -------------------------------------------------------
-def text_elements(text: str) -> list[Element]:
-    """Headings (ATX and setext), fenced code, list items, pipe tables and paragraphs."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    out: list[Element] = []
-    para: list[str] = []
-    code: list[str] | None = None
-    table: list[str] = []
-
-    def flush() -> None:
-        if para:
-            body = "\n".join(para).strip()
-            if _LIST_ITEM.match(para[0]):
-                out.append(Element(kind="list_item", text=body))  # keeps its own marker
-            elif body:
-                out.append(Element(kind="text", text=body))
-            para.clear()
-        if table:
-            out.append(_pipe_table(table))
-            table.clear()
-
-    for i, line in enumerate(lines):
-        if code is not None:
-            if _FENCE.match(line):
-                out.append(Element(kind="code", text="\n".join(code)))
-                code = None
-            else:
-                code.append(line)
-            continue
-        if _FENCE.match(line):
-            flush()
-            code = []
-            continue
-        if _TABLE_ROW.match(line):
-            if para:
-                flush()
-            table.append(line)
-            continue
-        if table:
-            flush()
-        match = _HEADING.match(line)
-        if match:
-            flush()
-            heading = match.group(2).strip()
-            out.append(Element(kind="title", text=heading, level=len(match.group(1))))
-            continue
-        if _SETEXT.match(line) and para and lines[i - 1].strip() and not _LIST_ITEM.match(para[0]):
-            heading = para.pop().strip()
-            flush()
-            level = 1 if line.lstrip()[0] == "=" else 2
-            out.append(Element(kind="title", text=heading, level=level))
-            continue
-        if not line.strip() or _THEMATIC_BREAK.match(line):
-            flush()
-        elif _LIST_ITEM.match(line):
-            flush()
-            para.append(line)
-        else:
-            para.append(line)
-    if code is not None:
-        out.append(Element(kind="code", text="\n".join(code)))
-    flush()
-    return out
-
-
-def _pipe_table(lines: Sequence[str]) -> Element:
-    rows = [
-        [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
-        for line in lines
-        if not _TABLE_RULE.match(line)
-    ]
-    cells = "".join(
-        "<tr>" + "".join(f"<td>{html_lib.escape(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return Element(
-        kind="table",
-        text="\n".join(" ".join(r) for r in rows),
-        html=f"<table>{cells}</table>",
-    )

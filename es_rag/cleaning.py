@@ -20,10 +20,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
+from es_rag import cjk
 from es_rag.types import Element
 
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff"
-_CJK_PUNCT = "\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"
+_CJK = cjk.LETTERS
+_CJK_PUNCT = cjk.PUNCT
 _KEEP = re.compile(f"[{_CJK_PUNCT}]")
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"), None)
 _SPACES = re.compile(r"[ \t\u00a0\u2000-\u200a\u202f\u205f\u3000]+")

@@ -50,12 +50,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 Run = Mapping[str, Sequence[str]]
 Qrels = Mapping[str, Mapping[str, float]]
 
 _GAIN_CLAMP = 0.0  # trec_eval gives non-positive grades zero gain
-_BATCH = 1 << 22  # random numbers drawn per batch: bounds memory of the vectorised tests
 
 
 def dcg(gains: Sequence[float], *, exponential: bool = False) -> float:
@@ -318,15 +318,6 @@ def _paired_differences(a: Mapping[str, float], b: Mapping[str, float]) -> np.nd
     )
 
 
-def _batches(trials: int, n: int) -> Iterator[int]:
-    size = max(1, _BATCH // max(n, 1))
-    done = 0
-    while done < trials:
-        step = min(size, trials - done)
-        yield step
-        done += step
-
-
 def paired_randomization_test(
     a: Mapping[str, float],
     b: Mapping[str, float],
@@ -339,33 +330,33 @@ def paired_randomization_test(
     Fisher's randomization (permutation) test, as recommended for IR evaluation by
     Smucker, Allan & Carterette (CIKM 2007): under the null hypothesis the labels "a" and
     "b" are exchangeable within each query, so each per-query difference keeps or flips
-    its sign with probability 1/2. The p-value is the fraction of sign assignments whose
-    |mean difference| reaches the observed one. It assumes no distribution of the scores,
-    which for bounded, skewed IR metrics is why it is preferred over the t-test.
+    its sign with probability 1/2. It assumes no distribution of the scores, which for
+    bounded, skewed IR metrics is why it is preferred over the t-test.
 
-    When ``2^n <= trials`` all sign assignments are enumerated and the p-value is exact.
-    Otherwise ``trials`` random assignments are drawn (seeded, so deterministic) and the
-    estimate is ``(hits + 1) / (trials + 1)``, which counts the observed assignment and
-    never reports an impossible p = 0 (Phipson & Smyth, Stat. Appl. Genet. Mol. Biol.
-    2010). Identical inputs give p = 1.
+    ``scipy.stats.permutation_test`` with paired samples: exact (every sign assignment)
+    when ``2^n <= trials``, else ``trials`` seeded random assignments with the
+    ``(hits + 1) / (trials + 1)`` estimate that never reports an impossible p = 0
+    (Phipson & Smyth 2010). Identical inputs give p = 1.
     """
     if trials <= 0:
         raise ValueError("trials must be positive")
     d = _paired_differences(a, b)
-    n = d.size
-    observed = abs(d.mean())
-    # Tolerance: the same |mean| summed in another order may differ in the last bits.
-    threshold = observed - 1e-12 * max(1.0, float(np.abs(d).sum()) / n)
-    if n < 63 and 2**n <= trials:
-        codes = np.arange(2**n, dtype=np.int64)[:, None]
-        signs = 1.0 - 2.0 * ((codes >> np.arange(n, dtype=np.int64)) & 1)
-        return float(np.mean(np.abs(signs @ d) / n >= threshold))
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for step in _batches(trials, n):
-        signs = 1.0 - 2.0 * rng.integers(0, 2, size=(step, n), dtype=np.int8)
-        hits += int(np.count_nonzero(np.abs(signs @ d) / n >= threshold))
-    return (hits + 1) / (trials + 1)
+    if not np.any(d):
+        return 1.0
+    result = stats.permutation_test(
+        (d, np.zeros_like(d)),
+        _mean_difference,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=trials,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    return float(min(1.0, result.pvalue))
+
+
+def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    return np.mean(x - y, axis=axis)
 
 
 def bootstrap_ci(
@@ -379,25 +370,25 @@ def bootstrap_ci(
     """``(low, high)``: a (1 - alpha) confidence interval of mean(a - b) over queries.
 
     Paired percentile bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*,
-    1993; applied to IR metrics by Sakai, SIGIR 2006): resample the queries with
-    replacement ``trials`` times, take the mean per-query difference of each resample,
-    and report its alpha/2 and 1 - alpha/2 quantiles. Resampling queries, not scores,
-    keeps each query's two scores paired. It complements the p-value with the size of the
-    effect; an interval that excludes 0 agrees with a significant difference. Seeded, so
-    deterministic.
+    1993; applied to IR metrics by Sakai, SIGIR 2006) with ``scipy.stats.bootstrap``:
+    queries are resampled with replacement, which keeps each query's two scores paired.
+    It complements the p-value with the size of the effect; an interval that excludes 0
+    agrees with a significant difference. Seeded, so deterministic.
     """
     if trials <= 0:
         raise ValueError("trials must be positive")
     if not 0.0 < alpha < 1.0:
         raise ValueError("alpha must be in (0, 1)")
     d = _paired_differences(a, b)
-    n = d.size
-    rng = np.random.default_rng(seed)
-    means = np.empty(trials, dtype=np.float64)
-    done = 0
-    for step in _batches(trials, n):
-        idx = rng.integers(0, n, size=(step, n))
-        means[done : done + step] = d[idx].mean(axis=1)
-        done += step
-    low, high = np.quantile(means, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return float(low), float(high)
+    if np.all(d == d[0]):  # one value resampled is that value (scipy would warn)
+        return float(d[0]), float(d[0])
+    result = stats.bootstrap(
+        (d,),
+        np.mean,
+        n_resamples=trials,
+        confidence_level=1.0 - alpha,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)

@@ -61,9 +61,32 @@ class Engine(ABC):
         """The JSON of a client response (elasticsearch-py wraps it, opensearch-py does not)."""
 
     # --- errors --------------------------------------------------------------------------
+    #: the client's exception classes: timeouts, refused or dropped connections, and HTTP
+    #: answers with an error status (each client names them differently).
+    timeout_errors: ClassVar[tuple[type[Exception], ...]]
+    connection_errors: ClassVar[tuple[type[Exception], ...]]
+    api_errors: ClassVar[tuple[type[Exception], ...]]
+
+    @contextlib.contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        """Map this client's exceptions to es-rag's at the boundary, naming the operation:
+        a server that is down, slow or busy (429, 502-504) is transient, the rest not."""
+        try:
+            yield
+        except self.timeout_errors as exc:
+            raise EngineUnavailableError(f"{what}: search server timed out ({exc})") from exc
+        except self.connection_errors as exc:
+            raise EngineUnavailableError(f"{what}: search server unreachable ({exc})") from exc
+        except self.api_errors as exc:
+            status, reason = self.status_and_reason(exc)
+            if status in (429, 502, 503, 504):
+                raise EngineUnavailableError(f"{what}: server busy ({status}: {exc})") from exc
+            raise EngineError(f"{what}: {status} {reason}") from exc
+
+    @staticmethod
     @abstractmethod
-    def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
-        """Map this client's exceptions to es-rag's at the boundary, naming the operation."""
+    def status_and_reason(exc: Exception) -> tuple[int | None, str]:
+        """The HTTP status of an API error and the server's reason."""
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         with self.errors(what):

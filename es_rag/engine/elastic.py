@@ -9,8 +9,6 @@ installed.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -62,19 +60,14 @@ class ElasticsearchEngine(Engine):
     def body(resp: Any) -> Any:
         return resp.body
 
-    @contextlib.contextmanager
-    def errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except elastic_transport.ConnectionError as exc:
-            raise EngineUnavailableError(f"{what}: search server unreachable ({exc})") from exc
-        except elastic_transport.ConnectionTimeout as exc:
-            raise EngineUnavailableError(f"{what}: search server timed out ({exc})") from exc
-        except ApiError as exc:
-            status = exc.meta.status
-            if status in (429, 502, 503, 504):
-                raise EngineUnavailableError(f"{what}: server busy ({status}: {exc})") from exc
-            raise EngineError(f"{what}: {status} {error_reason(exc.body, exc.message)}") from exc
+    timeout_errors = (elastic_transport.ConnectionTimeout,)
+    connection_errors = (elastic_transport.ConnectionError,)
+    api_errors = (ApiError,)
+
+    @staticmethod
+    def status_and_reason(exc: Exception) -> tuple[int | None, str]:
+        assert isinstance(exc, ApiError)
+        return exc.meta.status, error_reason(exc.body, exc.message)
 
     def __init__(self, client: Elasticsearch) -> None:
         super().__init__(client)

@@ -10,9 +10,7 @@ client-side), and there is no license API.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -30,7 +28,7 @@ from es_rag.engine.base import (
     error_reason,
 )
 from es_rag.engine.mapping import OPENSEARCH_KNN_ENGINES
-from es_rag.errors import ConfigurationError, EngineError, EngineUnavailableError
+from es_rag.errors import ConfigurationError
 from es_rag.query import build
 
 KNN_PLUGIN = "opensearch-knn"
@@ -83,19 +81,15 @@ class OpenSearchEngine(Engine):
         self.native_knn = native_knn
         self._info: ClusterInfo | None = None
 
-    @contextlib.contextmanager
-    def errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except os_exc.ConnectionTimeout as exc:
-            raise EngineUnavailableError(f"{what}: search server timed out ({exc})") from exc
-        except os_exc.ConnectionError as exc:
-            raise EngineUnavailableError(f"{what}: search server unreachable ({exc})") from exc
-        except os_exc.TransportError as exc:
-            status = exc.status_code
-            if status in (429, 502, 503, 504):
-                raise EngineUnavailableError(f"{what}: server busy ({status}: {exc})") from exc
-            raise EngineError(f"{what}: {status} {error_reason(exc.info, str(exc.error))}") from exc
+    timeout_errors = (os_exc.ConnectionTimeout,)
+    connection_errors = (os_exc.ConnectionError,)
+    api_errors = (os_exc.TransportError,)
+
+    @staticmethod
+    def status_and_reason(exc: Exception) -> tuple[int | None, str]:
+        assert isinstance(exc, os_exc.TransportError)
+        status = exc.status_code if isinstance(exc.status_code, int) else None
+        return status, error_reason(exc.info, str(exc.error))
 
     # --- reads ---------------------------------------------------------------------------
     def search(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from es_rag.acl import make_acl
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.client import Engine
-from es_rag.errors import AccessControlError, BulkIndexingError, IndexContractError
+from es_rag.errors import BulkIndexingError, IndexContractError
 from es_rag.pipeline import Ingestor
 from es_rag.types import Document
 
@@ -157,9 +158,30 @@ def test_acl_change_rewrites_access_fields(
     }
 
 
-def test_document_without_acl_is_rejected() -> None:
-    with pytest.raises(AccessControlError, match="no ACL"):
-        make_acl("acme", allow=[], public=False)
+def test_a_document_without_acl_never_reaches_the_index(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    engine: Engine,
+    tmp_path: Path,
+) -> None:
+    """A queued file whose payload names nobody (neither --allow nor --public) is refused
+    by the worker's ingest before anything is written, and recorded as such."""
+    from es_rag import jobs
+
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    ingestor.init_index()
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nSecret.\n")
+    payload = jobs.IngestPayload(path=str(note), tenant="acme")  # restricted, nobody allowed
+    result = jobs.run_ingest(ingestor, payload)
+    assert (result.status, result.error_type) == ("failed", "AccessControlError")
+    assert "no ACL" in (result.error or "")
+    row = ingestor.status.get("acme", str(note))
+    assert row and row["status"] == "failed" and row["attempts"] == 1
+    engine.refresh(settings.index)
+    assert engine.count(settings.index, {"match_all": {}}) == 0
+    engine.delete_index(ingestor.status.name)
 
 
 def test_item_failure_is_reported_and_rolled_back(

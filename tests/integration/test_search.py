@@ -16,7 +16,7 @@ from tests.integration import corpus
 
 pytestmark = pytest.mark.integration
 
-STRATEGIES = ("bm25", "knn", "client-rrf")
+STRATEGIES = ("bm25", "knn", "client-rrf", "client-linear")
 
 
 @pytest.fixture(scope="module")

@@ -527,7 +527,7 @@ def test_text_elements_reads_markdown() -> None:
         ("text", "Intro line one\ncontinues here.", None),
         ("title", "Setup", 2),
         ("list_item", "- first item", None),
-        ("list_item", "- second item\n  wraps onto two lines", None),
+        ("list_item", "- second item\nwraps onto two lines", None),
         ("list_item", "1. numbered", None),
         ("list_item", "2) also numbered", None),
         ("code", "# not a heading\ndef f():\n    return 1", None),
@@ -541,9 +541,31 @@ def test_text_elements_reads_markdown() -> None:
 
 
 def test_text_elements_table_between_paragraphs() -> None:
-    out = text_elements("Before\n| a | b |\n| 1 | 2 |\nAfter")
+    out = text_elements("Before\n| a | b |\n|---|---|\n| 1 | 2 |\n\nAfter")
     assert [e.kind for e in out] == ["text", "table", "text"]
     assert table_rows(out[1]) == [["a", "b"], ["1", "2"]]
+    # Pipe rows without a delimiter row are a paragraph, as GFM reads them.
+    assert [e.kind for e in text_elements("| a | b |\n| 1 | 2 |")] == ["text"]
+
+
+def test_text_elements_read_what_line_patterns_missed() -> None:
+    """Block quotes, indented code, nested lists and lazy lines, as CommonMark reads them."""
+    out = text_elements(
+        "> # Quoted heading\n> text in a quote\n\n"
+        "    indented code\n    # not a heading\n\n"
+        "- a\n  - b\n    1. c\n- d\n\n  second paragraph of d\n\n"
+        "```\n- not a list\n```\n"
+    )
+    assert [(e.kind, e.text) for e in out] == [
+        ("text", "Quoted heading"),  # a quoted heading opens no section
+        ("text", "text in a quote"),
+        ("code", "indented code\n# not a heading"),
+        ("list_item", "- a"),
+        ("list_item", "  - b"),
+        ("list_item", "    1. c"),
+        ("list_item", "- d\nsecond paragraph of d"),
+        ("code", "- not a list"),
+    ]
 
 
 def test_text_elements_unterminated_fence_and_crlf() -> None:

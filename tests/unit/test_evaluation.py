@@ -340,3 +340,24 @@ def test_trec_runs_round_trip_and_rank_by_score() -> None:
     assert parse_trec_run(other) == {"q1": ["a", "b", "c"]}
     with pytest.raises(ValueError, match="line 1"):
         parse_trec_run("q1 d 1\n")
+
+
+def test_the_sampled_p_value_agrees_with_exact_enumeration_within_monte_carlo_error() -> None:
+    """scipy's permutation test, sampled, against every one of 2^16 sign assignments."""
+    import itertools
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.02, 0.1, 16)
+    a = {f"q{i}": float(v) for i, v in enumerate(d)}
+    b = dict.fromkeys(a, 0.0)
+    observed = abs(d.mean())
+    flips = np.array(list(itertools.product((1.0, -1.0), repeat=16)))
+    exact = float(np.mean(np.abs(flips @ d) / 16 >= observed - 1e-12))
+    sampled = paired_randomization_test(a, b, trials=5000)  # 5000 < 2^16: sampled
+    # The two-sided p is twice a one-sided estimate: its standard error doubles too.
+    one_sided = exact / 2
+    standard_error = 2 * (one_sided * (1 - one_sided) / 5000) ** 0.5
+    assert abs(sampled - exact) < 4 * standard_error + 2 / 5000
+    assert paired_randomization_test(a, b, trials=2**16) == pytest.approx(exact, abs=1e-9)

@@ -48,16 +48,19 @@ def test_weights_scale_contributions() -> None:
     assert [f.doc_id for f in fused] == ["a", "b"]
 
 
-def test_ties_break_deterministically() -> None:
-    # a: bm25 rank 1 only; z: knn rank 1 only -> equal scores. Then best rank (equal), then
-    # retriever order (bm25's first wins), then id.
-    fused = rrf({"bm25": ["z2", "a"], "knn": ["a2", "z2"]}, rank_constant=60)
-    assert fused[0].doc_id == "z2"
-    tie = rrf({"bm25": ["m"], "knn": ["k"]}, rank_constant=60)
-    assert [f.doc_id for f in tie] == ["m", "k"]
-    assert tie[0].score == tie[1].score
-    same_twice = rrf({"bm25": ["m"], "knn": ["k"]}, rank_constant=60)
-    assert [f.doc_id for f in same_twice] == ["m", "k"]
+def test_ties_break_by_best_rank_then_retriever_order() -> None:
+    """Three documents with exactly the same RRF score (binary fractions, no rounding):
+    the one with the better best rank comes first; between equal best ranks, the one
+    ranked by the earlier retriever."""
+    # rank_constant 2: rank 2 scores 1/4, rank 6 scores 1/8.
+    r1 = ["p1", "x", "p3", "p4", "p5", "y"]  # x: rank 2 here; y: rank 6 here...
+    r2 = ["q1", "w", "q3", "q4", "q5", "y"]  # ...and rank 6 here; w: rank 2 here only
+    fused = {f.doc_id: f for f in rrf({"bm25": r1, "knn": r2}, rank_constant=2)}
+    assert fused["x"].score == fused["w"].score == fused["y"].score == 0.25
+    order = [f.doc_id for f in rrf({"bm25": r1, "knn": r2}, rank_constant=2)]
+    assert [d for d in order if d in ("x", "w", "y")] == ["x", "w", "y"]
+    # (best rank 2 from bm25, best rank 2 from knn, best rank 6); the same every time:
+    assert order == [f.doc_id for f in rrf({"bm25": r1, "knn": r2}, rank_constant=2)]
 
 
 def test_better_best_rank_wins_a_tie() -> None:
