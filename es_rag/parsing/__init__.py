@@ -40,7 +40,7 @@ __all__ = [
     "partition_file",
 ]
 
-ES_RAG_PARSING = "1"
+ES_RAG_PARSING = "2"  # 2: cleaning shares the CJK ranges of es_rag.cjk (〇, kana, rare Han)
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 _GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.EMAIL, *detect.IMAGES})
 _JUNK_TITLE = re.compile(
