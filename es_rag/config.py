@@ -243,6 +243,51 @@ class Settings(BaseSettings):
     rerank_timeout: float = Field(default=10.0, description="seconds budget for one rerank")
     rerank_fp16: bool = Field(default=True, description="half precision; applied on cuda only")
 
+    # --- the service (es-rag serve) -------------------------------------------------------------
+    keys_index: str = Field(
+        default="es-rag-keys", description="where API keys are kept (hashed), beside the chunks"
+    )
+    keys_cache_seconds: float = Field(
+        default=2.0, description="how long a serving process trusts a key it read (revocation)"
+    )
+    serve_max_body_bytes: int = Field(default=1 << 20, description="largest request body")
+    serve_max_query_chars: int = Field(default=2000, description="longest question")
+    serve_max_k: int = Field(default=100, description="largest k a request may ask for")
+    serve_max_budget_tokens: int = Field(default=20000, description="largest context budget")
+    serve_request_timeout: float = Field(default=30.0, description="seconds per request")
+    serve_rate_limit: float = Field(
+        default=50.0, description="requests per second per key (a key may carry its own)"
+    )
+    serve_batch_size: int = Field(default=32, description="query embeddings encoded together")
+    serve_batch_wait_ms: float = Field(
+        default=2.0, description="how long a query waits for others to share its encode"
+    )
+    serve_max_pending: int = Field(
+        default=256, description="queries waiting for an embedding before the service says 503"
+    )
+    serve_log_text: bool = Field(
+        default=False, description="debug only: put questions in the access log"
+    )
+    serve_ingest_roots: str = Field(
+        default="",
+        description="comma-separated folders POST /v1/documents may name files under; empty: "
+        "ingestion by path through the API is off",
+    )
+    jwt_secret: SecretStr | None = Field(default=None, description="HS256 shared secret")
+    jwt_jwks_file: Path | None = Field(default=None, description="JWKS file (RS256/ES256 keys)")
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_tenant_claim: str = "tenant"
+    jwt_principals_claim: str = "principals"
+    jwt_user_claim: str | None = Field(
+        default="sub", description="claim naming the user (becomes user:<value>); empty: none"
+    )
+    jwt_role_claim: str = "role"
+
+    @property
+    def ingest_roots(self) -> list[Path]:
+        return [Path(p.strip()) for p in self.serve_ingest_roots.split(",") if p.strip()]
+
     @property
     def es_urls(self) -> list[str]:
         """The node URLs ``es_url`` lists (comma-separated)."""

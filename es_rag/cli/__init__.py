@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from es_rag.cli import documents, evaluating, querying, queueing
+from es_rag.cli import documents, evaluating, querying, queueing, serving
 
 app = typer.Typer(
     add_completion=False,
@@ -74,6 +74,8 @@ app.command("eval")(evaluating.eval_)
 app.command()(documents.delete)
 app.command("upgrade-index")(documents.upgrade_index)
 app.command()(documents.info)
+app.command()(serving.serve)
+app.add_typer(serving.keys_app, name="keys")
 
 
 def main() -> None:

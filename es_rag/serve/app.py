@@ -1,0 +1,554 @@
+"""``es-rag serve``: the query side as a long-lived HTTP service (FastAPI on uvicorn).
+
+One ``Service`` per process holds the engine client, the analyzer, the model (behind the
+micro-batching embedder), the reranker and the key store; it warms them before the
+process reports ready. Every route that touches documents authenticates first: the
+tenant and principals come from the credential (``identity``), never from the request.
+
+Work that blocks (the search server, the model) runs in the thread pool, under the request
+timeout; errors become one JSON object ``{"error": {"type", "reason"}, "status"}`` with a
+4xx status, or 503 with ``Retry-After`` when a dependency is down or the service is
+saturated. A stack trace never leaves the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from es_rag import __version__
+from es_rag.analysis import TextAnalyzer
+from es_rag.config import Settings
+from es_rag.embedding import build_embedder
+from es_rag.engine.client import make_engine
+from es_rag.errors import (
+    AccessControlError,
+    AclGuardError,
+    AnalyzerMismatchError,
+    EmbeddingError,
+    EsRagError,
+    IndexContractError,
+    TransientError,
+)
+from es_rag.query.context import ContextBuilder
+from es_rag.query.search import Searcher
+from es_rag.serve import models as m
+from es_rag.serve.batching import BatchingEmbedder, OverloadedError
+from es_rag.serve.identity import Authenticator, Forbidden, Identity, Unauthorized
+from es_rag.serve.keys import KeyStore
+from es_rag.serve.limits import RateLimiter, retry_after
+from es_rag.serve.metrics import Metrics
+
+log = logging.getLogger("es_rag.serve")
+access_log = logging.getLogger("es_rag.access")
+T = TypeVar("T")
+
+
+class LimitError(EsRagError):
+    """A request over one of the service's caps (400)."""
+
+
+class RateLimited(EsRagError):
+    """The credential's rate is spent (429)."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"rate limit reached; retry in {wait_s:.2f} s")
+        self.wait_s = wait_s
+
+
+class RequestTimeout(EsRagError):
+    """The request ran past ES_RAG_SERVE_REQUEST_TIMEOUT (408)."""
+
+
+def error_status(exc: EsRagError) -> tuple[int, dict[str, str]]:
+    """The HTTP status and extra headers of one of es-rag's errors."""
+    if isinstance(exc, Unauthorized):
+        return 401, {"WWW-Authenticate": 'ApiKey realm="es-rag", Bearer realm="es-rag"'}
+    if isinstance(exc, Forbidden):
+        return 403, {}
+    if isinstance(exc, RateLimited):
+        return 429, {"Retry-After": retry_after(exc.wait_s)}
+    if isinstance(exc, RequestTimeout):
+        return 408, {}
+    if isinstance(exc, OverloadedError):
+        return 503, {"Retry-After": "1"}
+    if isinstance(exc, TransientError | IndexContractError | AnalyzerMismatchError):
+        return 503, {"Retry-After": "5"}
+    if isinstance(exc, AclGuardError | EmbeddingError):
+        return 500, {}  # a bug or a broken model, not the caller's doing
+    return 400, {}
+
+
+def error_response(
+    status: int, kind: str, reason: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = {"error": {"type": kind, "reason": " ".join(reason.split())}, "status": status}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class Service:
+    """Everything one serving process holds. Construction does no I/O."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.engine = make_engine(settings)
+        self.analyzer = TextAnalyzer(settings.analyzer_language)
+        self.model = build_embedder(settings)
+        self.embedder = BatchingEmbedder(
+            self.model,
+            max_batch=settings.serve_batch_size,
+            wait_ms=settings.serve_batch_wait_ms,
+            max_pending=settings.serve_max_pending,
+            timeout=settings.serve_request_timeout,
+            on_batch=self.metrics.embedding_batch.observe,
+        )
+        self.searcher = Searcher(
+            settings, client=self.engine, embedder=self.embedder, analyzer=self.analyzer
+        )
+        self.contexts = ContextBuilder(self.searcher)
+        self.keys = KeyStore(
+            self.engine,
+            settings.keys_index,
+            cache_seconds=settings.keys_cache_seconds,
+            case_sensitive=settings.principal_case_sensitive,
+        )
+        self.auth = Authenticator(settings, self.keys)
+        self.limiter = RateLimiter()
+        self.model_ready = False
+        self._ingest: Any = None
+        self._celery: Any = None
+        self._lock = threading.Lock()
+
+    def warm(self) -> None:
+        """Load the model (and reranker), read the analyzer's dictionaries, probe the server.
+
+        A search server that is down now does not stop the service: /readyz says so, and
+        the first request after it is back finds it.
+        """
+        self.model.embed_query("warm-up")
+        self.analyzer.analyze("warm-up")
+        self.contexts.count_tokens("warm-up")
+        if self.settings.rerank_model:
+            self.searcher.reranker  # noqa: B018  (loads it)
+        self.model_ready = True
+        try:
+            self.keys.ensure()
+            self.searcher.cluster()
+            self.searcher.contract()
+        except EsRagError as exc:
+            log.warning("not ready yet: %s: %s", type(exc).__name__, exc)
+
+    def readiness(self) -> dict[str, str]:
+        checks: dict[str, str] = {"model": "ok" if self.model_ready else "loading"}
+        try:
+            self.engine.node()
+            checks["engine"] = "ok"
+        except EsRagError as exc:
+            checks["engine"] = f"{type(exc).__name__}: {exc}"
+            return checks
+        try:
+            self.searcher.contract()
+            self.searcher._check_vectors()
+            checks["index"] = "ok"
+        except EsRagError as exc:
+            checks["index"] = f"{type(exc).__name__}: {exc}"
+        return checks
+
+    @property
+    def ingestor(self) -> Any:
+        from es_rag.pipeline import Ingestor
+
+        with self._lock:
+            if self._ingest is None:
+                self._ingest = Ingestor(
+                    self.settings, client=self.engine, embedder=self.model, analyzer=self.analyzer
+                )
+            return self._ingest
+
+    @property
+    def celery(self) -> Any:
+        from workers.app import make_app
+
+        with self._lock:
+            if self._celery is None:
+                self._celery = make_app(self.settings)
+            return self._celery
+
+    def close(self) -> None:
+        self.embedder.close()
+        self.engine.close()
+
+
+# --- the body-size cap, before anything reads the body ---------------------------------------
+class BodyLimit:
+    """Answers 413 to a body over ``limit`` bytes, whether it announces its length or
+    streams; what is under the limit is read here once and replayed to the application."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = error_response(
+            413, "body_too_large", f"the request body is larger than {self.limit} bytes"
+        )
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
+                await too_large(scope, receive, send)
+                return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away; the application will see it too
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.limit:
+                await too_large(scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The ASGI application (``uvicorn --factory es_rag.serve.app:create_app``)."""
+    s = settings or Settings()
+    service = Service(s)
+    _configure_access_log()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Searches wait on the network, not the CPU: more threads than the default 40 keep
+        # a burst from queueing in front of the pending-embedding cap.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = max(64, s.serve_max_pending)
+        await run_in_threadpool(service.warm)
+        log.info("es-rag serve ready on %s (index %s)", s.es_url, s.index)
+        yield
+        await run_in_threadpool(service.close)
+
+    app = FastAPI(
+        title="es-rag",
+        version=__version__,
+        summary="Permission-aware hybrid retrieval for RAG on Elasticsearch and OpenSearch.",
+        lifespan=lifespan,
+        responses={
+            401: {"model": m.ErrorResponse, "description": "no valid credential"},
+            403: {"model": m.ErrorResponse, "description": "outside the key's role or aliases"},
+            429: {"model": m.ErrorResponse, "description": "rate limit (Retry-After)"},
+            503: {"model": m.ErrorResponse, "description": "dependency down or saturated"},
+        },
+    )
+    app.state.service = service
+    app.add_middleware(BodyLimit, limit=s.serve_max_body_bytes)  # inside the access log
+
+    async def within(fn: Callable[[], T]) -> T:
+        """Run blocking work in the thread pool, under the request timeout."""
+        try:
+            # abandon_on_cancel: a timed-out search must not hold the answer back until it
+            # ends; its thread finishes on its own and its result is dropped.
+            work = anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+            return await asyncio.wait_for(work, s.serve_request_timeout)
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+            service.metrics.rejections.labels("timeout").inc()
+            raise RequestTimeout(
+                f"the request took longer than {s.serve_request_timeout:g} s"
+            ) from None
+
+    def authenticated(action: str) -> Callable[[Request], Awaitable[Identity]]:
+        async def dependency(request: Request) -> Identity:
+            header = request.headers.get("authorization")
+            try:
+                who = await within(lambda: service.auth.identify(header))
+            except Unauthorized:
+                service.metrics.auth_failures.labels("401").inc()
+                raise
+            request.state.identity = who
+            try:
+                who.require(action, s.index)
+            except Forbidden:
+                service.metrics.auth_failures.labels("403").inc()
+                raise
+            wait = service.limiter.take(who.subject, who.rate_limit or s.serve_rate_limit)
+            if wait is not None:
+                service.metrics.rejections.labels("rate").inc()
+                raise RateLimited(wait)
+            return who
+
+        return dependency
+
+    def check_query(request: Request, query: str, k: int | None) -> None:
+        if s.serve_log_text:
+            request.state.query = query
+        if not query.strip():
+            raise LimitError("the query is empty")
+        if len(query) > s.serve_max_query_chars:
+            raise LimitError(f"the query is longer than {s.serve_max_query_chars} characters")
+        if k is not None and k > s.serve_max_k:
+            raise LimitError(f"k is at most {s.serve_max_k}")
+
+    # --- errors --------------------------------------------------------------------------
+    @app.exception_handler(EsRagError)
+    async def on_error(request: Request, exc: EsRagError) -> Response:
+        status, headers = error_status(exc)
+        if isinstance(exc, OverloadedError | LimitError):
+            kind = "backpressure" if isinstance(exc, OverloadedError) else "limit"
+            service.metrics.rejections.labels(kind).inc()
+        if status == 500:
+            log.error("internal error on %s: %s: %s", request.url.path, type(exc).__name__, exc)
+            return error_response(500, "internal_error", "see the service log")
+        return error_response(status, _snake(type(exc).__name__), str(exc), headers)
+
+    # --- probes --------------------------------------------------------------------------
+    @app.get("/healthz", tags=["probes"])
+    async def healthz() -> dict[str, str]:
+        """The process is up (it says nothing about the search server)."""
+        return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        tags=["probes"],
+        response_model=m.Readiness,
+        responses={503: {"model": m.Readiness}},
+    )
+    async def readyz() -> Response:
+        """Search server reachable, index contract matching, model loaded."""
+        checks = await run_in_threadpool(service.readiness)
+        ready = all(v == "ok" for v in checks.values()) and len(checks) == 3
+        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+    @app.get("/metrics", tags=["probes"], response_class=Response)
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # --- v1 --------------------------------------------------------------------------------
+    @app.post("/v1/search", tags=["v1"], response_model=m.SearchResponseOut)
+    async def search(
+        body: m.SearchRequest,
+        request: Request,
+        who: Identity = Depends(authenticated("search")),  # noqa: B008
+    ) -> Response:
+        """The `es-rag search --json` object, for the credential's tenant and principals."""
+        check_query(request, body.query, body.k)
+        request.state.strategy = body.strategy or "auto"
+        result = await within(
+            lambda: service.searcher.search(
+                body.query,
+                caller=who.caller,
+                k=body.k,
+                strategy=body.strategy,
+                filters=body.filters,
+                rerank=body.rerank,
+            )
+        )
+        request.state.strategy = result.strategy
+        if body.rerank is not False and result.reranked is False:
+            service.metrics.rerank_fallbacks.inc()
+        out = result.to_dict()
+        if not body.explain:
+            for hit in out["hits"]:
+                hit["explain"] = {}
+        return JSONResponse(out)
+
+    @app.post("/v1/context", tags=["v1"], response_model=m.ContextResponseOut)
+    async def context(
+        body: m.ContextRequest,
+        request: Request,
+        who: Identity = Depends(authenticated("search")),  # noqa: B008
+    ) -> Response:
+        """The `es-rag context --json` object: evidence with citations, or a refusal."""
+        check_query(request, body.query, body.k)
+        if body.budget_tokens is not None and body.budget_tokens > s.serve_max_budget_tokens:
+            raise LimitError(f"budget_tokens is at most {s.serve_max_budget_tokens}")
+        request.state.strategy = body.strategy or "auto"
+        result = await within(
+            lambda: service.contexts.build(
+                body.query,
+                caller=who.caller,
+                k=body.k,
+                strategy=body.strategy,
+                filters=body.filters,
+                rerank=body.rerank,
+                expand=body.expand,
+                budget_tokens=body.budget_tokens,
+            )
+        )
+        request.state.strategy = result.strategy
+        if body.rerank is not False and result.reranked is False:
+            service.metrics.rerank_fallbacks.inc()
+        return JSONResponse(result.to_dict())
+
+    @app.post("/v1/documents", tags=["v1"], response_model=m.DocumentsResponse, status_code=202)
+    async def add_documents(
+        body: m.DocumentsRequest,
+        who: Identity = Depends(authenticated("ingest")),  # noqa: B008
+    ) -> Response:
+        """Queue files the workers can read into the credential's tenant.
+
+        Every path must lie under ES_RAG_SERVE_INGEST_ROOTS (after resolving links); one
+        that does not, or that is not a file, refuses the whole request and queues nothing.
+        """
+        return JSONResponse(await within(lambda: _enqueue(service, who, body)), status_code=202)
+
+    @app.delete("/v1/documents/{doc_id:path}", tags=["v1"], response_model=m.DeletedResponse)
+    async def delete_document(
+        doc_id: str,
+        who: Identity = Depends(authenticated("ingest")),  # noqa: B008
+    ) -> dict[str, Any]:
+        """Delete every chunk of one of the tenant's documents (another tenant's: 0)."""
+        if not doc_id or len(doc_id) > 512:
+            raise LimitError("a document id is 1 to 512 characters")
+        deleted = await within(lambda: service.ingestor.delete_document(doc_id, tenant=who.tenant))
+        return {"doc_id": doc_id, "tenant": who.tenant, "deleted": deleted}
+
+    @app.get(
+        "/v1/status", tags=["v1"], response_model=m.StatusResponse, response_model_exclude_none=True
+    )
+    async def status(
+        who: Identity = Depends(authenticated("status")),  # noqa: B008
+    ) -> dict[str, Any]:
+        """The tenant's documents per status, its failures and orphans. Queue depth and
+        workers (shared by all tenants) only for admin keys."""
+        from es_rag.jobs import status_report
+
+        report = await within(lambda: status_report(service.ingestor, tenant=who.tenant))
+        out: dict[str, Any] = {
+            "tenant": who.tenant,
+            "counts": report["counts"],
+            "failed": report["failed"],
+            "orphaned": report["orphaned"],
+        }
+        if who.role == "admin":
+            for name in ("queue_depth", "workers", "awaiting_redelivery"):
+                out[name] = report[name]
+        return out
+
+    # --- every request: access log, metrics, errors that escaped ---------------------------
+    @app.middleware("http")
+    async def observe(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        t0 = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.url.path)
+            response = error_response(500, "internal_error", "see the service log")
+        elapsed = time.perf_counter() - t0
+        route = getattr(request.scope.get("route"), "path", None) or "other"
+        strategy = getattr(request.state, "strategy", "")
+        service.metrics.requests.labels(route, strategy, str(response.status_code)).inc()
+        if route != "other":
+            service.metrics.latency.labels(route, strategy).observe(elapsed)
+        who: Identity | None = getattr(request.state, "identity", None)
+        line: dict[str, Any] = {
+            "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "method": request.method,
+            "route": route,
+            "status": response.status_code,
+            "latency_ms": round(elapsed * 1000, 2),
+            "key_id": who.subject if who else None,
+            "auth": who.kind if who else None,
+            "tenant": who.tenant if who else None,
+            "strategy": strategy or None,
+        }
+        if s.serve_log_text and hasattr(request.state, "query"):
+            line["query"] = request.state.query
+        access_log.info(json.dumps(line, ensure_ascii=False))
+        return response
+
+    return app
+
+
+def _enqueue(service: Service, who: Identity, body: m.DocumentsRequest) -> dict[str, Any]:
+    from es_rag.jobs import IngestPayload, enqueue
+
+    s = service.settings
+    roots = [r.resolve() for r in s.ingest_roots]
+    if not roots:
+        raise Forbidden("ingestion by path is off here (ES_RAG_SERVE_INGEST_ROOTS is empty)")
+    payloads: list[IngestPayload] = []
+    refused: list[str] = []
+    for doc in body.documents:
+        raw = doc.path.removeprefix("file://")
+        path = Path(raw)
+        if "\x00" in raw or not path.is_absolute():
+            refused.append(f"{doc.path!r}: not an absolute path")
+            continue
+        real = path.resolve()
+        if not any(real.is_relative_to(root) for root in roots):
+            refused.append(f"{doc.path!r}: not under an ingest root")
+            continue
+        if not real.is_file():
+            refused.append(f"{doc.path!r}: no such file")
+            continue
+        payload = IngestPayload(
+            tenant=who.tenant,
+            public=doc.acl.public,
+            allow=doc.acl.allow,
+            deny=doc.acl.deny,
+            path=str(real),
+            doc_id=doc.doc_id,
+            doc_version=doc.doc_version,
+            metadata=doc.metadata,
+        )
+        try:
+            payload.acl(case_sensitive=s.principal_case_sensitive)
+        except AccessControlError as exc:
+            refused.append(f"{doc.path!r}: {exc}")
+            continue
+        payloads.append(payload)
+    if refused:
+        raise LimitError("nothing was queued: " + "; ".join(refused[:20]))
+    ingestor, app = service.ingestor, service.celery
+    for payload in payloads:
+        enqueue(ingestor, app, payload, retry=False)
+    return {
+        "tenant": who.tenant,
+        "queued": [{"doc_id": p.key, "path": p.path} for p in payloads],
+    }
+
+
+def _snake(name: str) -> str:
+    """``RateLimited`` -> ``rate_limited``: the error ``type`` clients match on."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _configure_access_log() -> None:
+    """JSON lines on stderr, one per request; the level is the service's own business."""
+    if not access_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access_log.addHandler(handler)
+        access_log.setLevel(logging.INFO)
+        access_log.propagate = False
