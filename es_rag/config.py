@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     es_ca_certs: Path | None = None
     es_verify_certs: bool = True
     es_request_timeout: float = 30.0
+    es_connections_per_node: int = Field(
+        default=32,
+        description="HTTP connections kept per node: concurrent searches beyond it wait for one",
+    )
     index: str = Field(default="es-rag", description="alias name; concrete indices are <alias>-<n>")
 
     # --- queue (Celery workers, Redis broker and result backend) ---------------------------
@@ -260,7 +264,9 @@ class Settings(BaseSettings):
     )
     serve_batch_size: int = Field(default=32, description="query embeddings encoded together")
     serve_batch_wait_ms: float = Field(
-        default=2.0, description="how long a query waits for others to share its encode"
+        default=5.0,
+        description="how long a query waits for searches on their way to share its encode "
+        "(never when none is)",
     )
     serve_max_pending: int = Field(
         default=256, description="queries waiting for an embedding before the service says 503"

@@ -8,6 +8,8 @@
 #      PDF, public to tenant "demo"; one folder restricted to group:finance)
 #   4. answer sample questions with citations, as two different callers, and build a
 #      prompt-ready evidence block for one of them
+#   5. create an API key for one caller, start `es-rag serve` (port 8080, or SERVE_PORT) in
+#      the background, and ask it one question with curl
 #
 # Embeddings: bge-m3 is the production default, but it needs a model download; unless
 # ES_RAG_EMBEDDING_MODEL is set, the quickstart uses all-MiniLM-L6-v2 from the
@@ -54,11 +56,33 @@ es-rag context "how long does a refund take?" --tenant demo --as user:alice
 say es-rag context "what is the capital of Australia?" --tenant demo --as user:alice
 es-rag context "what is the capital of Australia?" --tenant demo --as user:alice
 
+SERVE_PORT=${SERVE_PORT:-8080}
+say es-rag keys create --tenant demo --principal user:alice --name quickstart --json
+KEY_JSON=$(es-rag keys create --tenant demo --principal user:alice --name quickstart --json)
+echo "$KEY_JSON"
+KEY=$(printf '%s' "$KEY_JSON" | "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["encoded"])')
+SERVE_LOG=${TMPDIR:-/tmp}/es-rag-quickstart-serve.log
+say "es-rag serve --port $SERVE_PORT &    # log: $SERVE_LOG"
+nohup es-rag serve --port "$SERVE_PORT" >"$SERVE_LOG" 2>&1 &
+SERVE_PID=$!
+for _ in $(seq 1 180); do
+    curl -fs "http://127.0.0.1:$SERVE_PORT/readyz" >/dev/null 2>&1 && break
+    kill -0 "$SERVE_PID" 2>/dev/null || { tail -n 20 "$SERVE_LOG"; exit 1; }
+    sleep 1
+done
+say "curl -s http://127.0.0.1:$SERVE_PORT/v1/search -H \"Authorization: ApiKey \$KEY\" -d '{\"query\": \"how long does a refund take?\", \"k\": 2}'"
+curl -s "http://127.0.0.1:$SERVE_PORT/v1/search" -H "Authorization: ApiKey $KEY" \
+    -H 'Content-Type: application/json' -d '{"query": "how long does a refund take?", "k": 2}' \
+    -w '\n(%{time_total} s)\n'
+
 cat <<MSG
 
 $ENGINE: $ES_RAG_ES_URL   Redis: $ES_RAG_REDIS_URL   index alias: $ES_RAG_INDEX
 Try:   export PATH=$VENV/bin:\$PATH ES_RAG_ES_URL=$ES_RAG_ES_URL ES_RAG_INDEX=$ES_RAG_INDEX ES_RAG_EMBEDDING_MODEL=$ES_RAG_EMBEDDING_MODEL
        es-rag search "how long do refunds take?" --tenant demo --as user:alice --json
-Stop:  scripts/search-server.sh stop --engine $ENGINE --port ${ES_PORT:-9200} --name $SERVER_NAME
+Serve: es-rag serve is running (pid $SERVE_PID, http://127.0.0.1:$SERVE_PORT, log $SERVE_LOG);
+       curl -s http://127.0.0.1:$SERVE_PORT/v1/context -H "Authorization: ApiKey $KEY" -d '{"query": "how long does a refund take?"}'
+Stop:  kill $SERVE_PID
+       scripts/search-server.sh stop --engine $ENGINE --port ${ES_PORT:-9200} --name $SERVER_NAME
        scripts/redis-server.sh stop --port ${REDIS_PORT:-6379} --name quickstart
 MSG

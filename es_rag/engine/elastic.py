@@ -35,6 +35,7 @@ def make_elasticsearch_client(settings: Settings) -> Elasticsearch:
         "request_timeout": settings.es_request_timeout,
         "retry_on_timeout": True,
         "max_retries": 3,
+        "connections_per_node": settings.es_connections_per_node,
     }
     if settings.es_api_key is not None:
         kwargs["api_key"] = settings.es_api_key.get_secret_value()

@@ -53,6 +53,7 @@ def make_opensearch_client(settings: Settings) -> OpenSearch:
         "timeout": settings.es_request_timeout,
         "retry_on_timeout": True,
         "max_retries": 3,
+        "pool_maxsize": settings.es_connections_per_node,
     }
     if settings.es_username:
         password = settings.es_password.get_secret_value() if settings.es_password else ""

@@ -45,7 +45,7 @@ from es_rag.errors import (
     IndexContractError,
     TransientError,
 )
-from es_rag.query.context import ContextBuilder
+from es_rag.query.context import ContextBuilder, ContextResult
 from es_rag.query.search import Searcher
 from es_rag.serve import models as m
 from es_rag.serve.batching import BatchingEmbedder, OverloadedError
@@ -53,6 +53,7 @@ from es_rag.serve.identity import Authenticator, Forbidden, Identity, Unauthoriz
 from es_rag.serve.keys import KeyStore
 from es_rag.serve.limits import RateLimiter, retry_after
 from es_rag.serve.metrics import Metrics
+from es_rag.types import SearchResponse
 
 log = logging.getLogger("es_rag.serve")
 access_log = logging.getLogger("es_rag.access")
@@ -154,6 +155,14 @@ class Service:
         except EsRagError as exc:
             log.warning("not ready yet: %s: %s", type(exc).__name__, exc)
 
+    def search(self, query: str, **kwargs: Any) -> SearchResponse:
+        with self.embedder.expecting():
+            return self.searcher.search(query, **kwargs)
+
+    def context(self, query: str, **kwargs: Any) -> ContextResult:
+        with self.embedder.expecting():
+            return self.contexts.build(query, **kwargs)
+
     def readiness(self) -> dict[str, str]:
         checks: dict[str, str] = {"model": "ok" if self.model_ready else "loading"}
         try:
@@ -196,6 +205,9 @@ class Service:
 
 
 # --- the body-size cap, before anything reads the body ---------------------------------------
+_FORM = b"application/x-www-form-urlencoded"
+
+
 class BodyLimit:
     """Answers 413 to a body over ``limit`` bytes, whether it announces its length or
     streams; what is under the limit is read here once and replayed to the application."""
@@ -215,6 +227,11 @@ class BodyLimit:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
                 await too_large(scope, receive, send)
                 return
+        # Every body here is JSON: ``curl -d`` (form-encoded by default) works without -H.
+        scope["headers"] = [
+            (n, b"application/json" if n == b"content-type" and v.startswith(_FORM) else v)
+            for n, v in scope.get("headers", [])
+        ]
         chunks: list[bytes] = []
         size, more = 0, True
         while more:
@@ -237,6 +254,65 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class Observe:
+    """Every request: the access log line, the request metrics, and a JSON 500 for an error
+    that escaped every handler. Plain ASGI: Starlette's ``BaseHTTPMiddleware`` costs a
+    task and a stream per request."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status, started = message["status"], True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await error_response(500, "internal_error", "see the service log")(
+                    scope, receive, send
+                )
+            status = 500
+        self._record(scope, status, time.perf_counter() - t0)
+
+    def _record(self, scope: Scope, status: int, elapsed: float) -> None:
+        state = scope.get("state") or {}
+        route = getattr(scope.get("route"), "path", None) or "other"
+        strategy = state.get("strategy", "")
+        metrics = self.service.metrics
+        metrics.requests.labels(route, strategy, str(status)).inc()
+        if route != "other":
+            metrics.latency.labels(route, strategy).observe(elapsed)
+        who: Identity | None = state.get("identity")
+        line: dict[str, Any] = {
+            "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "method": scope.get("method"),
+            "route": route,
+            "status": status,
+            "latency_ms": round(elapsed * 1000, 2),
+            "key_id": who.subject if who else None,
+            "auth": who.kind if who else None,
+            "tenant": who.tenant if who else None,
+            "strategy": strategy or None,
+        }
+        if self.service.settings.serve_log_text and "query" in state:
+            line["query"] = state["query"]
+        access_log.info(json.dumps(line, ensure_ascii=False))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -287,7 +363,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         async def dependency(request: Request) -> Identity:
             header = request.headers.get("authorization")
             try:
-                who = await within(lambda: service.auth.identify(header))
+                if service.auth.needs_io(header):
+                    who = await within(lambda: service.auth.identify(header))
+                else:
+                    who = service.auth.identify(header)
             except Unauthorized:
                 service.metrics.auth_failures.labels("401").inc()
                 raise
@@ -362,7 +441,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         check_query(request, body.query, body.k)
         request.state.strategy = body.strategy or "auto"
         result = await within(
-            lambda: service.searcher.search(
+            lambda: service.search(
                 body.query,
                 caller=who.caller,
                 k=body.k,
@@ -392,7 +471,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise LimitError(f"budget_tokens is at most {s.serve_max_budget_tokens}")
         request.state.strategy = body.strategy or "auto"
         result = await within(
-            lambda: service.contexts.build(
+            lambda: service.context(
                 body.query,
                 caller=who.caller,
                 k=body.k,
@@ -453,40 +532,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 out[name] = report[name]
         return out
 
-    # --- every request: access log, metrics, errors that escaped ---------------------------
-    @app.middleware("http")
-    async def observe(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        t0 = time.perf_counter()
-        try:
-            response = await call_next(request)
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.url.path)
-            response = error_response(500, "internal_error", "see the service log")
-        elapsed = time.perf_counter() - t0
-        route = getattr(request.scope.get("route"), "path", None) or "other"
-        strategy = getattr(request.state, "strategy", "")
-        service.metrics.requests.labels(route, strategy, str(response.status_code)).inc()
-        if route != "other":
-            service.metrics.latency.labels(route, strategy).observe(elapsed)
-        who: Identity | None = getattr(request.state, "identity", None)
-        line: dict[str, Any] = {
-            "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "method": request.method,
-            "route": route,
-            "status": response.status_code,
-            "latency_ms": round(elapsed * 1000, 2),
-            "key_id": who.subject if who else None,
-            "auth": who.kind if who else None,
-            "tenant": who.tenant if who else None,
-            "strategy": strategy or None,
-        }
-        if s.serve_log_text and hasattr(request.state, "query"):
-            line["query"] = request.state.query
-        access_log.info(json.dumps(line, ensure_ascii=False))
-        return response
-
+    app.add_middleware(Observe, service=service)  # outermost: sees every answer
     return app
 
 

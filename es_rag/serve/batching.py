@@ -3,8 +3,10 @@
 One encode of 16 short questions costs little more than one of a single question, so a
 service that encodes each request alone queues its requests behind the model. The
 ``BatchingEmbedder`` puts each query on a queue; one thread takes what has arrived within
-``wait_ms`` (or up to ``max_batch``) and encodes it in one call. It stops waiting as soon
-as every query in flight is in the batch, so a lone query is encoded at once.
+``wait_ms`` (or up to ``max_batch``) and encodes it in one call. It waits only for
+requests that are on their way (announced with ``expecting()`` by the service when a
+search starts, and not yet queued): a lone query is encoded at once, and under load a
+batch gathers the searches that are a few milliseconds behind.
 
 ``max_pending`` bounds the queue: beyond it a query is refused at once with
 ``OverloadedError`` (the service answers 503 with ``Retry-After``) instead of waiting
@@ -16,8 +18,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -63,8 +66,9 @@ class BatchingEmbedder(Embedder):
         self._pending = threading.BoundedSemaphore(self.max_pending)
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._inflight = 0
+        self._coming = 0  # announced searches that have not queued their query yet
         self._count_lock = threading.Lock()
+        self._local = threading.local()
 
     # --- delegation ------------------------------------------------------------------------
     def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
@@ -85,21 +89,36 @@ class BatchingEmbedder(Embedder):
         return self.inner.token_counter()
 
     # --- the batched path ------------------------------------------------------------------
+    @contextmanager
+    def expecting(self) -> Iterator[None]:
+        """Announce that this thread's work may embed a query soon (a search starting)."""
+        with self._count_lock:
+            self._coming += 1
+        self._local.announced = True
+        try:
+            yield
+        finally:
+            self._arrived()
+
+    def _arrived(self) -> None:
+        if getattr(self._local, "announced", False):
+            self._local.announced = False
+            with self._count_lock:
+                self._coming -= 1
+
     def embed_query(self, text: str) -> list[float]:
         if not self._pending.acquire(blocking=False):
+            self._arrived()
             raise OverloadedError(
                 f"{self.max_pending} queries are already waiting for an embedding"
             )
-        with self._count_lock:
-            self._inflight += 1
         try:
             self._ensure_thread()
             future: Future[list[float]] = Future()
             self._queue.put((text, future))
+            self._arrived()
             return future.result(timeout=self.timeout)
         finally:
-            with self._count_lock:
-                self._inflight -= 1
             self._pending.release()
 
     def close(self) -> None:
@@ -125,8 +144,8 @@ class BatchingEmbedder(Embedder):
             deadline = time.monotonic() + self.wait_s
             stop = False
             while len(batch) < self.max_batch:
-                if len(batch) >= self._inflight and self._queue.empty():
-                    break  # nobody else is waiting: do not make this one wait
+                if self._coming <= 0 and self._queue.empty():
+                    break  # nobody else is on the way: do not make these wait
                 try:
                     # What has already arrived joins at once; then wait out the window.
                     item = self._queue.get_nowait()

@@ -69,6 +69,18 @@ class Authenticator:
     def jwt_enabled(self) -> bool:
         return self.settings.jwt_secret is not None or self.settings.jwt_jwks_file is not None
 
+    def needs_io(self, authorization: str | None) -> bool:
+        """Whether ``identify`` may wait on the search server (a key not in the cache).
+
+        Tokens and cached keys are checked on the event loop; the rest in a thread."""
+        scheme, _, credential = (authorization or "").strip().partition(" ")
+        credential = credential.strip()
+        if scheme.lower() not in ("apikey", "bearer") or not credential:
+            return False
+        if scheme.lower() == "bearer" and credential.count(".") == 2:
+            return False
+        return not self.keys.cached(credential)
+
     def identify(self, authorization: str | None) -> Identity:
         if not authorization:
             raise Unauthorized("an Authorization header (ApiKey … or Bearer …) is required")

@@ -203,6 +203,15 @@ class KeyStore:
         rows = self.engine.scan(self.index, {"query": {"match_all": {}}})
         return sorted((_record(h["_source"]) for h in rows), key=lambda k: k.created_at)
 
+    def cached(self, credential: str) -> bool:
+        """Whether ``verify`` can answer from memory (no request to the search server)."""
+        decoded = decode(credential)
+        if decoded is None:
+            return True  # refused without I/O
+        with self._lock:
+            hit = self._cache.get(decoded[0])
+        return hit is not None and time.monotonic() - hit[0] < self.cache_seconds
+
     def verify(self, credential: str) -> ApiKey:
         """The key an encoded credential names, if the secret matches; else raises."""
         decoded = decode(credential)

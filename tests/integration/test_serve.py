@@ -279,6 +279,16 @@ def test_search_json_is_the_cli_json_for_the_keys_caller(
     explained = stack.served.search(stack.keys["alice"], "refund deadline", k=5, explain=True)
     assert [h["explain"] for h in explained.json()["hits"]] == [h["explain"] for h in local["hits"]]
 
+    # curl -d sends a form content type; the body is JSON all the same.
+    form = {
+        "content-type": "application/x-www-form-urlencoded",
+        "Authorization": stack.keys["alice"],
+    }
+    plain = stack.served.http.post(
+        "/v1/search", content=b'{"query": "refund deadline", "k": 5}', headers=form
+    )
+    assert [h["chunk_id"] for h in plain.json()["hits"]] == [h["chunk_id"] for h in local["hits"]]
+
     ctx = stack.served.call(
         "POST", "/v1/context", stack.keys["alice"], json={"query": "BLUEBIRD codename"}
     )
