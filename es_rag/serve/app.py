@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +47,7 @@ from es_rag.errors import (
 )
 from es_rag.query.context import ContextBuilder, ContextResult
 from es_rag.query.search import Searcher
+from es_rag.query.strategies import resolve
 from es_rag.serve import models as m
 from es_rag.serve.batching import BatchingEmbedder, OverloadedError
 from es_rag.serve.identity import Authenticator, Forbidden, Identity, Unauthorized
@@ -156,12 +157,21 @@ class Service:
             log.warning("not ready yet: %s: %s", type(exc).__name__, exc)
 
     def search(self, query: str, **kwargs: Any) -> SearchResponse:
-        with self.embedder.expecting():
+        with self._announced(kwargs.get("strategy")):
             return self.searcher.search(query, **kwargs)
 
     def context(self, query: str, **kwargs: Any) -> ContextResult:
-        with self.embedder.expecting():
+        with self._announced(kwargs.get("strategy")):
             return self.contexts.build(query, **kwargs)
+
+    def _announced(self, strategy: str | None) -> AbstractContextManager[None]:
+        """Tell the batcher a query vector is coming, when the strategy needs one (a
+        ``bm25`` search must not make the batcher wait for it)."""
+        try:
+            chosen, _ = resolve(strategy, self.settings, self.searcher.cluster)
+        except EsRagError:
+            return nullcontext()  # the search itself will say what is wrong
+        return self.embedder.expecting() if chosen.uses_vector else nullcontext()
 
     def readiness(self) -> dict[str, str]:
         checks: dict[str, str] = {"model": "ok" if self.model_ready else "loading"}
