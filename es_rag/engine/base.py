@@ -134,6 +134,18 @@ class Engine(ABC):
     @abstractmethod
     def create_index(self, name: str, body: dict[str, Any]) -> None: ...
 
+    def ensure_index(self, name: str, body: dict[str, Any]) -> bool:
+        """Create ``name`` unless it exists; True when it had to be created (or another
+        writer created it meanwhile: losing that race is fine)."""
+        if self.index_exists(name):
+            return False
+        try:
+            self.create_index(name, body)
+        except Exception:
+            if not self.index_exists(name):
+                raise
+        return True
+
     def put_mapping(self, index: str, properties: dict[str, Any]) -> None:
         """Add fields to an index's mapping (additive; existing fields must not change)."""
         self.call(

@@ -78,6 +78,15 @@ def mappings_dir() -> Path:
     return Path(str(resources.files("es_rag.mappings")))
 
 
+def index_body(filename: str) -> dict[str, Any]:
+    """The create body in one of ``mappings/``'s files (its own version and description,
+    which are for people, left out)."""
+    body: dict[str, Any] = json.loads((mappings_dir() / filename).read_text(encoding="utf-8"))
+    body.pop("mapping_version", None)
+    body.pop("description", None)
+    return body
+
+
 def load_mapping_template(engine: str = "elasticsearch", version: int = MAPPING_VERSION) -> dict:
     path = mappings_dir() / f"{engine}-chunks-v{version}.json"
     if not path.is_file():

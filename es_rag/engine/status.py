@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from es_rag.engine.base import Engine
-from es_rag.engine.mapping import mappings_dir
+from es_rag.engine.mapping import index_body
 
 STATUSES = ("queued", "running", "indexed", "skipped", "failed")
 STATUS_MAPPING = "status-v2.json"
@@ -44,9 +44,7 @@ def status_key(tenant: str, doc_id: str) -> str:
 def status_body(*, replicas: int = 0) -> dict[str, Any]:
     """The status index's create body. It gets the chunk index's replicas, so that losing a
     node loses neither the outcomes nor the version fences."""
-    body: dict[str, Any] = json.loads((mappings_dir() / STATUS_MAPPING).read_text(encoding="utf-8"))
-    body.pop("mapping_version", None)
-    body.pop("description", None)
+    body = index_body(STATUS_MAPPING)
     body["settings"]["index"]["number_of_replicas"] = replicas
     return body
 
@@ -64,13 +62,7 @@ class StatusIndex:
         if self._ready:
             return
         body = status_body(replicas=self.replicas)
-        if not self.engine.index_exists(self.name):
-            try:
-                self.engine.create_index(self.name, body)
-            except Exception:
-                if not self.engine.index_exists(self.name):  # lost a creation race: fine
-                    raise
-        else:
+        if not self.engine.ensure_index(self.name, body):
             # An index made from an older status mapping gains the new fields (additive).
             self.engine.put_mapping(self.name, body["mappings"]["properties"])
         self._ready = True

@@ -27,10 +27,11 @@ from typing import Any
 
 from es_rag.acl import normalize_principal, normalize_tenant
 from es_rag.engine.base import Engine
-from es_rag.engine.mapping import mappings_dir
+from es_rag.engine.mapping import index_body
 from es_rag.errors import AccessControlError, ConfigurationError
 
 ROLES = ("search", "ingest", "admin")
+KEYS_MAPPING = "keys-v1.json"
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -121,20 +122,9 @@ class KeyStore:
     _ready: bool = False
 
     def ensure(self) -> None:
-        if self._ready:
-            return
-        if not self.engine.index_exists(self.index):
-            import json
-
-            body = json.loads((mappings_dir() / "keys-v1.json").read_text(encoding="utf-8"))
-            body.pop("mapping_version", None)
-            body.pop("description", None)
-            try:
-                self.engine.create_index(self.index, body)
-            except Exception:
-                if not self.engine.index_exists(self.index):
-                    raise
-        self._ready = True
+        if not self._ready:
+            self.engine.ensure_index(self.index, index_body(KEYS_MAPPING))
+            self._ready = True
 
     def create(
         self,
