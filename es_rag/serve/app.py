@@ -158,11 +158,20 @@ class Service:
 
     def search(self, query: str, **kwargs: Any) -> SearchResponse:
         with self._announced(kwargs.get("strategy")):
-            return self.searcher.search(query, **kwargs)
+            result = self.searcher.search(query, **kwargs)
+        self._count_fallback(kwargs.get("rerank"), result.reranked)
+        return result
 
     def context(self, query: str, **kwargs: Any) -> ContextResult:
         with self._announced(kwargs.get("strategy")):
-            return self.contexts.build(query, **kwargs)
+            result = self.contexts.build(query, **kwargs)
+        self._count_fallback(kwargs.get("rerank"), result.reranked)
+        return result
+
+    def _count_fallback(self, asked: bool | None, reranked: bool | None) -> None:
+        """A rerank asked for (or on by default) that kept the fused order."""
+        if asked is not False and reranked is False:
+            self.metrics.rerank_fallbacks.inc()
 
     def _announced(self, strategy: str | None) -> AbstractContextManager[None]:
         """Tell the batcher a query vector is coming, when the strategy needs one (a
@@ -441,7 +450,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # --- v1 --------------------------------------------------------------------------------
-    @app.post("/v1/search", tags=["v1"], response_model=m.SearchResponseOut)
+    @app.post("/v1/search", tags=["v1"], response_model=SearchResponse)
     async def search(
         body: m.SearchRequest,
         request: Request,
@@ -461,15 +470,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         )
         request.state.strategy = result.strategy
-        if body.rerank is not False and result.reranked is False:
-            service.metrics.rerank_fallbacks.inc()
         out = result.to_dict()
         if not body.explain:
             for hit in out["hits"]:
                 hit["explain"] = {}
         return JSONResponse(out)
 
-    @app.post("/v1/context", tags=["v1"], response_model=m.ContextResponseOut)
+    @app.post("/v1/context", tags=["v1"], response_model=ContextResult)
     async def context(
         body: m.ContextRequest,
         request: Request,
@@ -493,8 +500,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         )
         request.state.strategy = result.strategy
-        if body.rerank is not False and result.reranked is False:
-            service.metrics.rerank_fallbacks.inc()
         return JSONResponse(result.to_dict())
 
     @app.post("/v1/documents", tags=["v1"], response_model=m.DocumentsResponse, status_code=202)
