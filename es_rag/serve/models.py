@@ -68,56 +68,8 @@ class DocumentsRequest(_Request):
 
 
 # --- responses -------------------------------------------------------------------------------
-class HitOut(BaseModel):
-    chunk_id: str
-    doc_id: str
-    source_uri: str | None
-    title_path: list[str]
-    page_start: int | None
-    page_end: int | None
-    text: str
-    score: float
-    ranks: dict[str, int | None]
-    scores: dict[str, float | None]
-    metadata: dict[str, Any]
-    highlights: list[str]
-    explain: dict[str, Any]
-    doc_version: str | None
-    ordinal: int | None
-    parent_id: str | None
-
-
-class SearchResponseOut(BaseModel):
-    strategy: str
-    hits: list[HitOut]
-    timings_ms: dict[str, float]
-    note: str | None = None
-    reranked: bool | None = None
-    rerank_note: str | None = None
-
-
-class EvidenceOut(BaseModel):
-    n: int
-    doc_id: str
-    source_uri: str | None
-    title_path: list[str]
-    pages: str | None
-    text: str
-    score: float
-    chunk_ids: list[str]
-
-
-class ContextResponseOut(BaseModel):
-    sufficient: bool
-    evidence: list[EvidenceOut]
-    prompt: str
-    reason: str
-    strategy: str
-    reranked: bool | None
-    signals: dict[str, float | None]
-    timings_ms: dict[str, float]
-
-
+# Search and context answer with es-rag's own dataclasses (``types.SearchResponse``,
+# ``query.context.ContextResult``): one definition for the CLI, Python and the API.
 class QueuedOut(BaseModel):
     doc_id: str
     path: str
