@@ -30,7 +30,8 @@ from es_rag.types import Chunk, Element
 
 # 2: CJK counting shared with analysis and cleaning (kana and the rarer Han blocks count
 # one per character, as the common ones did).
-CHUNKER_VERSION = "structure-2"
+# 3: a table of contents or an index (``contents`` elements) is chunked apart from text.
+CHUNKER_VERSION = "structure-3"
 # The parser_version of documents given as text (``text_elements``), not as files.
 TEXT_PARSER_VERSION = "es-rag-text-2"  # 2: markdown-it-py (CommonMark + GFM tables)
 
@@ -339,6 +340,18 @@ def _children(units: Sequence[_Unit], size: int, overlap: int) -> Iterator[list[
         start = back
 
 
+def _runs(units: Sequence[_Unit]) -> list[list[_Unit]]:
+    """Units split where ``contents`` (a table of contents, an index) starts or stops, so
+    that no chunk mixes them with text: search leaves such chunks out."""
+    runs: list[list[_Unit]] = []
+    for unit in units:
+        if runs and (runs[-1][-1].kind == "contents") == (unit.kind == "contents"):
+            runs[-1].append(unit)
+        else:
+            runs.append([unit])
+    return runs
+
+
 def _pages(units: Sequence[_Unit]) -> tuple[int | None, int | None]:
     pages = [p for u in units for p in (u.page, u.last_page) if p is not None]
     return (min(pages), max(pages)) if pages else (None, None)
@@ -371,7 +384,7 @@ def chunk_elements(
             limit = max(_MIN_CHILD, min(size, max_tokens - count_tokens(header) - 2))
         step = min(overlap, limit // 2)
         units = _units(section.elements, limit, parent_size, count_tokens)
-        for group in _pack(units, parent_size):
+        for group in (g for run in _runs(units) for g in _pack(run, parent_size)):
             parent = n_parents
             n_parents += 1
             start, end = _pages(group)

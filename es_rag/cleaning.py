@@ -9,7 +9,11 @@
 - Broken lines (PDF and OCR): words hyphenated across a line end are joined; Chinese lines
   that the layout broke mid-sentence are re-joined without the stray space, inside an
   element and across consecutive elements.
-- Guessed headings (PDF, plain text, e-mail, OCR) that read like sentences become text.
+- Guessed headings (PDF, plain text, e-mail, OCR) that read like sentences become text;
+  so does any heading that is code or a fragment of a sentence (es_rag.headings).
+- Tables of contents and indexes (pages of dot-leader lines or of "term, 12, 45" lines)
+  become ``contents`` elements, which the chunker keeps apart and search leaves out.
+- A PDF's outline, when it has one, gives the headings (es_rag.outline).
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from es_rag import cjk
+from es_rag.headings import is_fragment, looks_like_code
+from es_rag.outline import OutlineEntry, apply_outline, margins, usable
 from es_rag.types import Element
 
 _CJK = cjk.LETTERS
+_UNSPACED_CHAR = re.compile(f"[{cjk.UNSPACED}]")
 _CJK_PUNCT = cjk.PUNCT
 _KEEP = re.compile(f"[{_CJK_PUNCT}]")
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"), None)
@@ -45,9 +52,8 @@ _PAGE_NUMBER = re.compile(
     r"(?:\s*(?:of|/|von|de|sur)\s*\d+)?$|^第\s*\d+\s*页(?:\s*共\s*\d+\s*页)?$|^\d+\s*/\s*\d+$",
     re.IGNORECASE,
 )
-_FURNITURE_WINDOW = 2  # without coordinates: elements from the top and bottom of a page
-_FURNITURE_BAND = 0.1  # with coordinates: the top and bottom tenth of the page
 _FURNITURE_WORDS = 15
+_CHAPTER_PAGES = 3
 MAX_TITLE_WORDS = 25
 MAX_TITLE_CJK = 60
 
@@ -65,6 +71,55 @@ def normalize_text(text: str) -> str:
         text = "".join(out)
     lines = [_SPACES.sub(" ", line).strip() for line in text.replace("\r\n", "\n").split("\n")]
     return "\n".join(lines).strip()
+
+
+_LATIN_WORD = re.compile(r"[^\W\d_]{5,}")
+_MIN_PART = 2
+
+
+_WORD_CHARS = re.compile(r"[^\W\d_]+")
+# pdfium marks a soft hyphen U+FFFE; a hard one at a line's end also joins a word.
+_SOFT_HYPHEN = re.compile(r"[\ufffe\x02]\s*")
+_LINE_END_HYPHEN = re.compile(r"([^\W\d_]+)[-\u2010]\s*\r?\n\s*([^\W\d_]+)")
+
+
+def page_words(text: str) -> set[str]:
+    """The case-folded words of a page's text as an extractor gives it, a word hyphenated
+    at a line's end counted whole as well as in its parts."""
+    text = _SOFT_HYPHEN.sub("", text)
+    found = {w.casefold() for w in _WORD_CHARS.findall(text)}
+    return found | {(a + b).casefold() for a, b in _LINE_END_HYPHEN.findall(text)}
+
+
+def respace(elements: Sequence[Element], words: dict[int, set[str]]) -> list[Element]:
+    """Put back the spaces a PDF's text extraction lost ("definedand", "CLASSTEMPLATES").
+
+    ``words``: the case-folded words of each page as a second extractor (pdfium) reads
+    them. A word of an element that its page does not hold, but that splits into two
+    words the page does hold, gets its space; nothing else changes, so a word is never
+    split that the page prints whole. Chinese and Japanese, which put no spaces between
+    words, are left alone.
+    """
+    out = []
+    for el in elements:
+        known = words.get(el.page) if el.page is not None else None
+        if known and el.kind not in ("table", "code"):
+
+            def split(m: re.Match[str], known: set[str] = known) -> str:
+                word = m.group()
+                folded = word.casefold()
+                if folded in known or _UNSPACED_CHAR.search(word) or len(folded) != len(word):
+                    return word
+                for k in range(_MIN_PART, len(word) - _MIN_PART + 1):
+                    if folded[:k] in known and folded[k:] in known:
+                        return f"{word[:k]} {word[k:]}"
+                return word
+
+            text = _LATIN_WORD.sub(split, el.text)
+            if text != el.text:
+                el = replace(el, text=text)
+        out.append(el)
+    return out
 
 
 def join_broken_lines(text: str) -> str:
@@ -87,36 +142,21 @@ def is_page_number(text: str) -> bool:
     return bool(_PAGE_NUMBER.match(text.strip())) and len(text.strip()) <= 24
 
 
-def _in_margin(el: Element) -> bool | None:
-    """Whether the element lies in the top or bottom band of its page (None: unknown)."""
-    if not el.coordinates:
-        return None
-    ys = [y for _, y in el.coordinates]
-    return max(ys) <= _FURNITURE_BAND or min(ys) >= 1.0 - _FURNITURE_BAND
-
-
 def remove_furniture(elements: Sequence[Element]) -> list[Element]:
     """Drop running headers/footers and page numbers, detected across pages.
 
     Candidates are short lines in a page's top or bottom band (by coordinates, else the
     first and last two elements of the page) and what the parser itself labelled header,
     footer or page number. A candidate that recurs (digits masked) on at least half of the
-    pages, and on two or more, is furniture; so is a candidate that is a page number.
+    pages, and on two or more, is furniture; so is one with a number that recurs on three
+    or more (a running header that changes with the chapter: "CHAPTER 22. CLASS
+    TEMPLATES" on the chapter's even pages), and a candidate that is a page number.
     """
     by_page: dict[int, list[int]] = defaultdict(list)
     for i, el in enumerate(elements):
         if el.page is not None:
             by_page[el.page].append(i)
-    candidates: set[int] = set()
-    for idxs in by_page.values():
-        ends = set(idxs[:_FURNITURE_WINDOW]) | set(idxs[-_FURNITURE_WINDOW:])
-        for i in idxs:
-            el = elements[i]
-            margin = _in_margin(el)
-            if (margin if margin is not None else i in ends) and (
-                len(el.text.split()) <= _FURNITURE_WORDS
-            ):
-                candidates.add(i)
+    candidates = {i for i in margins(elements) if len(elements[i].text.split()) <= _FURNITURE_WORDS}
     for i, el in enumerate(elements):
         if el.kind in ("header", "footer", "page_number"):
             candidates.add(i)
@@ -124,15 +164,23 @@ def remove_furniture(elements: Sequence[Element]) -> list[Element]:
     for i in candidates:
         el = elements[i]
         if el.page is not None and el.kind not in ("table", "code") and len(el.text) <= 200:
-            pages_with[_furniture_key(el)].add(el.page)
+            key = _furniture_key(el)
+            # A heading recurs word for word; its number is kept, so mark that it has one.
+            has_number = el.kind == "title" and any(ch.isdigit() for ch in key)
+            pages_with[key + " #" if has_number else key].add(el.page)
     threshold = max(2, (len(by_page) + 1) // 2)
-    recurring = {key for key, pages in pages_with.items() if len(pages) >= threshold}
+    recurring = {
+        key
+        for key, pages in pages_with.items()
+        if len(pages) >= threshold or ("#" in key and len(pages) >= _CHAPTER_PAGES)
+    }
     out: list[Element] = []
     for i, el in enumerate(elements):
         if i in candidates and el.kind not in ("table", "code"):
             if el.kind == "page_number" or is_page_number(el.text):
                 continue
-            if _furniture_key(el) in recurring:
+            key = _furniture_key(el)
+            if key in recurring or key + " #" in recurring:
                 continue
             if el.kind in ("header", "footer"):
                 if el.page is None:
@@ -154,6 +202,87 @@ def demote_sentences(elements: Sequence[Element]) -> list[Element]:
                 el = replace(el, kind="text", level=None)
         out.append(el)
     return out
+
+
+def demote_non_headings(elements: Sequence[Element], *, guessed: bool) -> list[Element]:
+    """A heading that is code, a piece of a sentence, or a line inside a code listing is
+    body text. ``guessed``: the parser guessed the headings from the page's look, so every
+    test applies; declared headings (HTML, Markdown, DOCX styles) lose only to markup."""
+
+    def code(i: int) -> bool:
+        el = elements[i]
+        return el.kind == "code" or (el.kind != "title" and looks_like_code(el.text))
+
+    out = []
+    for i, el in enumerate(elements):
+        if el.kind == "title":
+            text = el.text.strip()
+            if guessed:
+                listing = 0 < i < len(elements) - 1 and code(i - 1) and code(i + 1)
+                demote = looks_like_code(text) or is_fragment(text) or listing
+            else:
+                demote = looks_like_code(text, declared=True) or is_fragment(text, guessed=False)
+            if demote:
+                el = replace(el, kind="text", level=None)
+        out.append(el)
+    return out
+
+
+_LEADER = re.compile(r"(?:\.\s?){4,}\s*(?:\d+|[ivxlc]+)?\s*$|…{2,}\s*\d*\s*$")
+_LEADER_RUN = re.compile(r"(?:\.\s?){4,}\s*(?:\d+|[ivxlc]+)\b")
+# "4.2 General options 12": a numbered heading and its page, without the leader dots.
+_NUMBERED_ENTRY = re.compile(r"^\d{1,2}(?:\.\d{1,3})*\.?\s*[^\W\d_].{0,150}?\s\d{1,4}$")
+_INDEX_REF = re.compile(r",\s*(?:\d{1,4}|[ivxlc]{1,5})(?:[–-]\d{1,4})?(?=\s|,|$)")
+_NAVIGATION_SHARE = 0.5
+_NAVIGATION_MIN = 5
+_ENTRY_SHARE = 0.25
+
+
+def _navigation_line(el: Element) -> tuple[int, bool]:
+    """(how many entries of a contents or index page the element holds, whether it is a
+    bare number such a page also holds). Parsers often run a page's entries together
+    into one element: each leader ("...... 82") then counts."""
+    text = el.text.strip()
+    if is_page_number(text):
+        return 0, True
+    if (_LEADER.search(text) or _NUMBERED_ENTRY.match(text)) and len(text) <= 300:
+        return max(1, len(_LEADER_RUN.findall(text))), False
+    leaders = len(_LEADER_RUN.findall(text))
+    if leaders and leaders * 12 >= len(text.split()):
+        return leaders, False
+    refs = len(_INDEX_REF.findall(text))
+    return (refs if refs * 3 >= len(text.split()) else 0), False
+
+
+def mark_navigation(elements: Sequence[Element]) -> list[Element]:
+    """Pages that are a table of contents or an index: their elements become ``contents``.
+
+    A page is one when half its lines are entries (leader dots, "4.2 Options 12", "term,
+    12, 45") or the bare page numbers beside them, and entries are at least a quarter of
+    its lines (a code listing's line numbers alone do not make a page of contents). Such
+    pages list every heading and every term, so they match every question and cite
+    nothing; they stay in the index (a reader may want them) but out of search.
+    """
+    by_page: dict[int, list[int]] = defaultdict(list)
+    for i, el in enumerate(elements):
+        if el.page is not None and el.kind not in ("table", "image", "code"):
+            by_page[el.page].append(i)
+    marked: set[int] = set()
+    for idxs in by_page.values():
+        found = [_navigation_line(elements[i]) for i in idxs if elements[i].kind != "title"]
+        entries = sum(n for n, _ in found)
+        numbers = sum(number for _, number in found)
+        lines = sum(max(1, n) for n, _ in found)  # an element of many entries is many lines
+        if (
+            lines >= _NAVIGATION_MIN
+            and entries >= max(3, _ENTRY_SHARE * lines)
+            and entries + numbers >= _NAVIGATION_SHARE * lines
+        ):
+            marked.update(idxs)
+    return [
+        replace(el, kind="contents", level=None) if i in marked else el
+        for i, el in enumerate(elements)
+    ]
 
 
 def _continues(prev: Element, nxt: Element) -> str | None:
@@ -190,9 +319,14 @@ def merge_continuations(elements: Sequence[Element]) -> list[Element]:
 
 
 def clean(
-    elements: Sequence[Element], *, layout: bool = False, guessed_titles: bool = False
+    elements: Sequence[Element],
+    *,
+    layout: bool = False,
+    guessed_titles: bool = False,
+    outline: Sequence[OutlineEntry] = (),
 ) -> list[Element]:
-    """Everything above, in order. ``layout``: text laid out on pages (PDF, OCR)."""
+    """Everything above, in order. ``layout``: text laid out on pages (PDF, OCR);
+    ``outline``: the PDF's bookmarks."""
     out: list[Element] = []
     for el in elements:
         text = normalize_text(el.text)
@@ -200,11 +334,16 @@ def clean(
             out.append(replace(el, text=text))
     if guessed_titles:
         out = demote_sentences(out)
+    out = demote_non_headings(out, guessed=guessed_titles)
     if layout:
         out = [
             el if el.kind in ("table", "code") else replace(el, text=join_broken_lines(el.text))
             for el in out
         ]
+        out = mark_navigation(out)
+    entries = usable(outline)
+    if entries:
+        out = apply_outline(out, entries)
     out = remove_furniture(out)
     if layout:
         out = merge_continuations(out)

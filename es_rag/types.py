@@ -9,7 +9,8 @@ Visibility = Literal["public", "restricted"]
 ChunkType = Literal["child", "parent"]
 IngestStatus = Literal["indexed", "skipped", "failed"]
 # What a piece of a parsed document is. header/footer/page_number are page furniture that
-# cleaning removes when it repeats across pages; notes are a slide's speaker notes.
+# cleaning removes when it repeats across pages; notes are a slide's speaker notes;
+# contents is a table of contents or an index (stored, left out of search).
 ElementKind = Literal[
     "title",
     "text",
@@ -23,6 +24,7 @@ ElementKind = Literal[
     "header",
     "footer",
     "page_number",
+    "contents",
 ]
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import re
 from functools import cache
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -26,7 +25,7 @@ from es_rag.cleaning import clean
 from es_rag.config import Settings
 from es_rag.errors import DocumentTooLargeError, EmptyDocumentError, InputError
 from es_rag.parsing.child import partition_file
-from es_rag.parsing.common import SANDBOX_ENV, ParsedFile, ParseOptions, PdfStrategy
+from es_rag.parsing.common import JUNK_TITLE, SANDBOX_ENV, ParsedFile, ParseOptions, PdfStrategy
 from es_rag.sandbox import Limits, Sandbox
 from es_rag.types import Element
 
@@ -40,14 +39,13 @@ __all__ = [
     "partition_file",
 ]
 
-ES_RAG_PARSING = "2"  # 2: cleaning shares the CJK ranges of es_rag.cjk (〇, kana, rare Han)
+# 2: cleaning shares the CJK ranges of es_rag.cjk (〇, kana, rare Han)
+# 3: PDF outlines give the headings; running headers naming a section, code and sentence
+#    fragments taken for headings, tables of contents and indexes, documentation sites'
+#    navigation and permalinks are handled (es_rag.outline, es_rag.headings)
+ES_RAG_PARSING = "3"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 _GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.EMAIL, *detect.IMAGES})
-_JUNK_TITLE = re.compile(
-    r"^(untitled|microsoft (word|powerpoint|excel) - .*|powerpoint presentation|"
-    r"document\d*|slide \d+|presentation\d*|book\d*|sheet\d*)$",
-    re.IGNORECASE,
-)
 
 
 @cache
@@ -99,6 +97,7 @@ class Parser:
             parsed.elements,
             layout=parsed.mime in _LAYOUT or parsed.ocr,
             guessed_titles=parsed.mime in _GUESSED_TITLES or parsed.ocr,
+            outline=parsed.outline,
         )
         if not any(e.text.strip() for e in elements):
             raise EmptyDocumentError("empty document: no text to index (only whitespace)")
@@ -174,7 +173,7 @@ def _title(meta_title: str | None, elements: list[Element]) -> str | None:
     """The file's own title when it is a real one, else a heading that opens the document."""
     if meta_title:
         meta_title = " ".join(meta_title.split())
-        if meta_title and not _JUNK_TITLE.match(meta_title):
+        if meta_title and not JUNK_TITLE.match(meta_title):
             return meta_title
     for el in elements[:3]:
         if el.kind == "title" and el.level == 1:  # a declared top heading, not a guess

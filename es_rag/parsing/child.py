@@ -3,7 +3,8 @@
 Per format (Unstructured 0.27): PDF with a text layer uses the ``fast`` strategy; a PDF
 without one, and images, are OCRed (es_rag.parsing.ocr); DOCX, PPTX (speaker notes kept,
 after their slide), XLSX (a table per sheet, headed by the sheet's name), CSV/TSV, HTML
-(``<header>``/``<footer>``/``<nav>`` left out), Markdown, plain text and EML (subject as
+(navigation, sidebars, footers, tables of contents and permalinks of documentation
+sites left out), Markdown, plain text and EML (subject as
 title, sender and recipients kept) use their Unstructured partitioners. The warm-ups run
 in the sandbox's server before it forks, so that children share the loaded libraries.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from es_rag import detect
+from es_rag.cleaning import page_words, respace
 from es_rag.errors import (
     ConfigurationError,
     CorruptDocumentError,
@@ -27,7 +29,9 @@ from es_rag.errors import (
     ParseLimitError,
     UnsupportedFormatError,
 )
-from es_rag.parsing.common import ParsedFile, ParseOptions, to_elements
+from es_rag.headings import is_heading
+from es_rag.outline import MAX_ENTRIES, OutlineEntry, root_title
+from es_rag.parsing.common import JUNK_TITLE, ParsedFile, ParseOptions, to_elements
 from es_rag.parsing.ocr import image_file, ocr, ocr_languages, pdf_pages
 from es_rag.types import Element
 
@@ -181,16 +185,108 @@ def _csv(path: str, options: ParseOptions) -> ParsedFile:
     return ParsedFile(mime=mime, elements=to_elements(raw))
 
 
-def _html_title(path: str) -> str | None:
+# Documentation generators' furniture: navigation, sidebars, local tables of contents,
+# breadcrumbs, footers and the permalink anchors in headings (Sphinx and Read the Docs,
+# MkDocs and Material, Docusaurus, Javadoc, Hugo/Jekyll themes).
+_CHROME_TAGS = ("nav", "aside", "script", "style", "noscript", "template", "footer", "header")
+_CHROME_ROLES = frozenset(
+    "navigation banner contentinfo search complementary".split()  # noqa: SIM905
+)
+_CHROME_CLASS_NAMES = (
+    "sphinxsidebar sphinxsidebarwrapper related footer headerlink searchbox toc "
+    "table-of-contents localtoc wy-nav-side wy-breadcrumbs rst-footer-buttons rst-versions "
+    "md-sidebar md-header md-footer md-nav md-source md-search md-top md-tabs md-skip "
+    "hash-link anchor-link anchorjs-link theme-doc-sidebar-container theme-doc-toc-desktop "
+    "theme-doc-toc-mobile theme-doc-breadcrumbs theme-doc-footer pagination-nav navbar "
+    "breadcrumbs breadcrumb top-nav sub-nav bottom-nav legal-copy skip-nav flex-box-header "
+    "toc-container on-this-page edit-this-page"
+)
+_CHROME_CLASSES = frozenset(_CHROME_CLASS_NAMES.split())
+_CHROME_IDS = frozenset(
+    "toc table-of-contents sidebar navbar navigation searchbox breadcrumbs footer".split()  # noqa: SIM905
+)
+_PERMALINK = re.compile(r"\s*[¶§#🔗]\s*$")
+_TITLE_SEPARATOR = re.compile(r"\s+[—–|·:-]\s+")
+# The site's part of a page title: "Python 3.11.2 documentation", "Docs", "v2.1".
+_SITE_SUFFIX = re.compile(r"documentation|\bdocs\b|javadoc|\bv?\d+\.\d+(?:\.\d+)*\b", re.IGNORECASE)
+
+
+def _chrome(el: Any) -> bool:
+    if el.tag == "aside" and el.xpath("ancestor::article"):
+        # An aside inside an article may be a callout the author wrote; one made of links
+        # is navigation all the same.
+        text = len(el.text_content().strip())
+        links = sum(len(a.text_content().strip()) for a in el.xpath(".//a"))
+        return text == 0 or links * 2 >= text
+    if el.tag in _CHROME_TAGS:
+        return True
+    if (el.get("role") or "").strip().lower() in _CHROME_ROLES:
+        return True
+    if (el.get("id") or "").strip().lower() in _CHROME_IDS:
+        return True
+    return bool(_CHROME_CLASSES & set((el.get("class") or "").lower().split()))
+
+
+def _page_content(data: bytes) -> tuple[str, str | None]:
+    """A documentation page without its site's chrome, and its own title.
+
+    The page's ``<main>`` or ``[role=main]`` when it has one, else the whole body; then
+    navigation, sidebars, tables of contents, footers and permalink anchors come out.
+    """
+    from lxml import etree
     from lxml import html as lxml_html
 
     try:
-        with open(path, "rb") as fh:
-            root = lxml_html.fromstring(fh.read(256 * 1024))
-        title = root.findtext(".//title")
-    except Exception:
-        return None
-    return title.strip() if title else None
+        data.decode("utf-8")
+        parser = lxml_html.HTMLParser(encoding="utf-8")  # what the page is, declared or not
+    except UnicodeDecodeError:
+        parser = None  # a declared legacy charset (or libxml2's guess)
+    root = lxml_html.fromstring(data, parser=parser)
+    title = root.findtext(".//title")
+    main = root.xpath("//main | //*[@role='main']")
+    body = main[0] if main else root
+    for el in [el for el in body.iter() if isinstance(el.tag, str) and _chrome(el)]:
+        if el is body or el.getparent() is None:
+            continue
+        if el.tag == "header" and el.xpath(".//h1 | .//h2 | .//h3"):
+            el.drop_tag()  # an article's own header holds its title: keep what is inside
+        else:
+            el.drop_tree()
+    headings = body.xpath(".//h1 | .//h2 | .//h3 | .//h4 | .//h5 | .//h6")
+    for h in headings:
+        for anchor in h.xpath(".//a"):
+            if not _PERMALINK.sub("", anchor.text_content()).strip():
+                anchor.drop_tree()  # an anchor holding only "¶", "#" or an icon
+        if h.text and _PERMALINK.search(h.text) and not len(h):
+            h.text = _PERMALINK.sub("", h.text)
+    h1 = body.xpath(".//h1")
+    heading = " ".join(h1[0].text_content().split()) if h1 else ""
+    site = root.xpath("string(//meta[@property='og:site_name']/@content)").strip()
+    html = etree.tostring(body, encoding="unicode", method="html")
+    return html, _site_free_title(title, _PERMALINK.sub("", heading), site)
+
+
+def _site_free_title(title: str | None, heading: str, site: str = "") -> str | None:
+    """ "json — JSON encoder and decoder — Python 3.11.2 documentation" → the page's part.
+
+    The page's ``<h1>`` when the title starts with it; else the title less a last part
+    that names the site (``og:site_name``) or reads like one ("… documentation", "Docs",
+    a version); else the title as it is ("Python - a guide" keeps its "a guide").
+    """
+    if not title:
+        return heading or None
+    title = " ".join(title.split())
+    if heading and title.casefold().startswith(heading.casefold()):
+        rest = title[len(heading) :]
+        if not rest or _TITLE_SEPARATOR.match(rest):
+            return heading
+    parts = _TITLE_SEPARATOR.split(title)
+    last = parts[-1]
+    if len(parts) > 1 and (
+        _SITE_SUFFIX.search(last) or (site and last.casefold() == site.casefold())
+    ):
+        return title[: title.rfind(last)].rstrip(" —–|·:-") or title
+    return title
 
 
 _TAG = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9:-]*)[^>]*?(/?)>")
@@ -226,9 +322,14 @@ def _check_depth(html: bytes) -> None:
 def _html(path: str, options: ParseOptions) -> ParsedFile:
     from unstructured.partition.html import partition_html
 
-    _check_depth(Path(path).read_bytes())
-    raw = partition_html(filename=path, skip_headers_and_footers=True)
-    return ParsedFile(mime=detect.HTML, elements=to_elements(raw), title=_html_title(path))
+    data = Path(path).read_bytes()
+    _check_depth(data)
+    try:
+        page, title = _page_content(data)
+    except Exception as exc:  # lxml refuses what it cannot read at all
+        raise CorruptDocumentError(f"unreadable HTML: {exc}") from None
+    raw = partition_html(text=page, skip_headers_and_footers=True)
+    return ParsedFile(mime=detect.HTML, elements=to_elements(raw), title=title)
 
 
 def _markdown(path: str, options: ParseOptions) -> ParsedFile:
@@ -300,8 +401,11 @@ def _pdf(path: str, options: ParseOptions) -> ParsedFile:
         if pages == 0:
             raise CorruptDocumentError("a PDF without pages")
         has_text = _pdf_has_text(pdf)
+        outline = _pdf_outline(pdf)
     finally:
         pdf.close()
+    if not title or JUNK_TITLE.match(" ".join(title.split())):
+        title = root_title(outline) or (_largest_line(path) if has_text else None) or title
     elements: list[Element] = []
     if options.pdf_strategy != "ocr_only" and has_text:
         from unstructured.partition.pdf import partition_pdf
@@ -309,14 +413,16 @@ def _pdf(path: str, options: ParseOptions) -> ParsedFile:
         raw = partition_pdf(
             filename=path, strategy="fast", languages=list(ocr_languages(options) or ["eng"])
         )
-        elements = to_elements(raw)
+        elements = respace(to_elements(raw), _pdf_words(path))
         if not any(e.text.strip() for e in elements):
             # Unstructured returns nothing, silently, when a piece it needs is missing.
             raise CorruptDocumentError(
                 "the PDF has a text layer but the parser extracted no text from it "
                 + ("(pikepdf is not installed)" if not _has("pikepdf") else "(damaged?)")
             )
-        return ParsedFile(mime=detect.PDF, elements=elements, title=title, pages=pages)
+        return ParsedFile(
+            mime=detect.PDF, elements=elements, title=title, pages=pages, outline=outline
+        )
     if options.pdf_strategy == "fast" or not options.ocr:
         raise EmptyDocumentError(
             "the PDF has no text layer (a scan?): it needs OCR, which is off "
@@ -329,7 +435,94 @@ def _pdf(path: str, options: ParseOptions) -> ParsedFile:
         title=title,
         pages=pages,
         ocr=True,
+        outline=outline,
     )
+
+
+# Destination view modes (PDF 32000 12.3.2.2) whose parameters give the top of the view.
+_VIEW_TOP = {1: 1, 3: 0, 7: 0}  # XYZ left top zoom; FitH top; FitBH top
+
+
+def _pdf_outline(pdf: Any) -> list[OutlineEntry]:
+    """The bookmarks, each with its page and its position from the top of that page."""
+    entries: list[OutlineEntry] = []
+    heights: dict[int, float] = {}
+    try:
+        for bookmark in pdf.get_toc(max_depth=16):
+            if len(entries) >= MAX_ENTRIES:
+                break
+            dest = bookmark.get_dest()
+            index = dest.get_index() if dest is not None else None
+            title = " ".join((bookmark.get_title() or "").split())
+            if index is None or index < 0 or index >= len(pdf) or not title:
+                continue
+            top = None
+            mode, params = dest.get_view()
+            at = _VIEW_TOP.get(mode)
+            if at is not None and len(params) > at and params[at]:
+                if index not in heights:
+                    heights[index] = float(pdf[index].get_size()[1])
+                height = heights[index]
+                if height > 0:
+                    top = min(1.0, max(0.0, 1.0 - float(params[at]) / height))
+            entries.append(OutlineEntry(bookmark.level, title, index + 1, top))
+    except Exception:  # a damaged outline is no outline; the text is still read
+        return []
+    return entries
+
+
+def _pdf_words(path: str) -> dict[int, set[str]]:
+    """Each page's words as pdfium reads them (case-folded), for :func:`respace`."""
+    import pypdfium2
+
+    out: dict[int, set[str]] = {}
+    try:
+        pdf = pypdfium2.PdfDocument(path)
+    except Exception:
+        return out
+    try:
+        for index in range(len(pdf)):
+            page = pdf[index]
+            textpage = page.get_textpage()
+            try:
+                out[index + 1] = page_words(textpage.get_text_range())
+            finally:
+                textpage.close()
+                page.close()
+    except Exception:  # a page pdfium cannot read: no second opinion, nothing changes
+        return out
+    finally:
+        pdf.close()
+    return out
+
+
+def _largest_line(path: str) -> str | None:
+    """The first page's line in the largest type (the title page's title), if prose."""
+    from pdfminer.high_level import extract_pages
+    from pdfminer.layout import LTChar, LTTextContainer, LTTextLine
+
+    lines: list[tuple[float, float, str]] = []  # (size, top, text)
+    try:
+        for page in extract_pages(path, page_numbers=[0], maxpages=1):
+            for box in page:
+                if not isinstance(box, LTTextContainer):
+                    continue
+                for line in box:
+                    if not isinstance(line, LTTextLine):
+                        continue
+                    sizes = [ch.size for ch in line if isinstance(ch, LTChar)]
+                    text = " ".join(line.get_text().split())
+                    if sizes and text:
+                        lines.append((round(sum(sizes) / len(sizes), 1), -line.y1, text))
+    except Exception:
+        return None
+    if not lines:
+        return None
+    largest = max(size for size, _, _ in lines)
+    if largest <= min(size for size, _, _ in lines):
+        return None  # one size throughout: no title to tell apart
+    title = " ".join(text for size, _, text in sorted(lines, key=lambda x: x[1]) if size == largest)
+    return title if is_heading(title) and len(title) <= 200 else None
 
 
 def _has(module: str) -> bool:

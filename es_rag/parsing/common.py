@@ -4,9 +4,11 @@ plain values, so they pickle), and Unstructured's elements turned into es-rag's.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from es_rag.outline import OutlineEntry
 from es_rag.types import Element
 
 PdfStrategy = Literal["auto", "fast", "ocr_only"]
@@ -16,6 +18,13 @@ SANDBOX_ENV = {
     "SCARF_NO_ANALYTICS": "true",
     "UNSTRUCTURED_DISABLE_NOTICE": "1",
 }
+
+# Titles that tools write for every file ("Untitled", "Microsoft Word - x.docx"): no title.
+JUNK_TITLE = re.compile(
+    r"^(untitled|microsoft (word|powerpoint|excel) - .*|powerpoint presentation|"
+    r"document\d*|slide \d+|presentation\d*|book\d*|sheet\d*)$",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class ParsedFile:
     pages: int | None = None
     ocr: bool = False
     stats: dict[str, float] = field(default_factory=dict)
+    outline: list[OutlineEntry] = field(default_factory=list)  # a PDF's bookmarks
 
     @property
     def text(self) -> str:

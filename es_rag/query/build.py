@@ -15,6 +15,11 @@ VECTOR_FIELD = "embedding"
 # Vectors and analysed terms are large and of no use to a reader of hits.
 SOURCE_EXCLUDES = ["embedding", "content_terms", "title_terms"]
 CHILDREN_ONLY: dict[str, Any] = {"term": {"chunk_type": "child"}}
+# Tables of contents and indexes (es_rag.cleaning.mark_navigation): stored, not searched,
+# unless a filter on element_types asks for them.
+WITHOUT_NAVIGATION: dict[str, Any] = {
+    "bool": {"must_not": [{"term": {"element_types": "contents"}}]}
+}
 
 
 def retrieval_filters(acl: dict[str, Any], filters: Sequence[dict[str, Any]] = ()) -> list[dict]:

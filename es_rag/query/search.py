@@ -210,13 +210,18 @@ class Searcher(Parts):
         )
 
     def _filter_clauses(self, filters: Sequence[FieldFilter | str]) -> list[dict[str, Any]]:
+        """The user's filters, and the rows search leaves out unless a filter asks for them
+        (tables of contents and indexes, which match every question and cite nothing)."""
         if not filters:
-            return []
+            return [build.WITHOUT_NAVIGATION]
         parsed = [parse_filter(f) if isinstance(f, str) else f for f in filters]
         if self._field_types is None:
             index = ChunkIndex(self.engine, self.settings.index)
             self._field_types = field_types(index.mapping_properties())
-        return to_clauses(parsed, self._field_types)
+        clauses = to_clauses(parsed, self._field_types)
+        if not any(f.field == "element_types" for f in parsed):
+            clauses.append(build.WITHOUT_NAVIGATION)
+        return clauses
 
     def _wants_rerank(self, requested: bool | None) -> bool:
         if requested is False:
