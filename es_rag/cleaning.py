@@ -73,10 +73,8 @@ def normalize_text(text: str) -> str:
     return "\n".join(lines).strip()
 
 
-_LATIN_WORD = re.compile(r"[^\W\d_]{5,}")
+_LATIN_WORD = re.compile(r"[^\W\d_]{5,}")  # shorter words are not worth a second look
 _MIN_PART = 2
-
-
 _WORD_CHARS = re.compile(r"[^\W\d_]+")
 # pdfium marks a soft hyphen U+FFFE; a hard one at a line's end also joins a word.
 _SOFT_HYPHEN = re.compile(r"[\ufffe\x02]\s*")
@@ -145,9 +143,10 @@ def is_page_number(text: str) -> bool:
 def remove_furniture(elements: Sequence[Element]) -> list[Element]:
     """Drop running headers/footers and page numbers, detected across pages.
 
-    Candidates are short lines in a page's top or bottom band (by coordinates, else the
-    first and last two elements of the page) and what the parser itself labelled header,
-    footer or page number. A candidate that recurs (digits masked) on at least half of the
+    Candidates are short lines in a page's top or bottom band (es_rag.outline.margins: the
+    top or bottom tenth, or level with the page's first or last line; without coordinates,
+    the first and last two elements) and what the parser itself labelled header, footer
+    or page number. A candidate that recurs (digits masked) on at least half of the
     pages, and on two or more, is furniture; so is one with a number that recurs on three
     or more (a running header that changes with the chapter: "CHAPTER 22. CLASS
     TEMPLATES" on the chapter's even pages), and a candidate that is a page number.

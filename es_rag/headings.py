@@ -55,7 +55,7 @@ _NOT_LAST_WORDS = (
     "these those its their our your my his her"
 )
 _NOT_LAST = frozenset(_NOT_LAST_WORDS.split())
-_OPEN_END = re.compile(r"[,(\[{/\\&+=|<-]$|[，、（《【〈「『]$")
+_OPEN_END = re.compile(r"[,(\[{/\\&=|<-]$|[，、（《【〈「『]$")
 _MIN_LETTERS = 2
 
 

@@ -24,6 +24,7 @@ _BAND = 0.1  # the top and bottom tenth of a page hold running headers and foote
 _EDGE = 0.015  # a line this close to a page's first or last line shares its band
 _WINDOW = 2  # without coordinates: elements from the top and bottom of a page
 _HEADER_WORDS = 15
+_HEADER_REACH = 0.15  # a band line this far from its bookmark is a running header
 _NEAR_BOTTOM = 0.85  # an entry pointing this low may have its heading on the next page
 MAX_ENTRIES = 20_000
 # A chapter's label printed on its own line above the chapter's name.
@@ -133,13 +134,17 @@ def apply_outline(elements: Sequence[Element], outline: Sequence[OutlineEntry]) 
         pages = [entry.page]
         if entry.top is None or entry.top >= _NEAR_BOTTOM:
             pages.append(entry.page + 1)
+        taken = matched.keys() | absorbed
         found = [
             [i]
             for page in pages
             for i in by_page.get(page, [])
-            if i not in matched and key and element_keys.get(i) == key
+            if i not in taken and key and element_keys.get(i) == key
         ]
-        found += _split_headings(element_keys, pages, by_page, key, matched)
+        found += _split_headings(element_keys, pages, by_page, key, taken)
+        # A running header far from where the bookmark points is not the heading: the
+        # heading is inserted at the bookmark instead.
+        found = [run for run in found if not _far_header(elements[run[0]], entry, run[0] in band)]
         heading = Element(kind="title", text=" ".join(entry.title.split()), level=entry.level + 1)
         if found:
             # The printed heading nearest the bookmark, not a running header that repeats it.
@@ -160,7 +165,7 @@ def apply_outline(elements: Sequence[Element], outline: Sequence[OutlineEntry]) 
             continue
         if i in matched:
             entry = matched[i]
-            number = numbering(el.text)
+            number = numbering(el.text) if i not in band else ""  # not a header's page number
             text = " ".join(entry.title.split())
             if number and not text.startswith(number):
                 text = f"{number} {text}"
@@ -192,7 +197,7 @@ def _split_headings(
     pages: Sequence[int],
     by_page: dict[int, list[int]],
     key: str,
-    matched: dict[int, OutlineEntry],
+    taken: set[int],
 ) -> list[list[int]]:
     """Runs of two or three consecutive lines that together print the entry's heading (a
     long heading the layout broke: "18.5 Smart 'smart pointer' construction:" /
@@ -203,11 +208,11 @@ def _split_headings(
     for page in pages:
         idxs = by_page.get(page, [])
         for n, i in enumerate(idxs):
-            if i in matched or not element_keys.get(i) or not key.startswith(element_keys[i]):
+            if i in taken or not element_keys.get(i) or not key.startswith(element_keys[i]):
                 continue
             joined, run = element_keys[i], [i]
             for j in idxs[n + 1 : n + 3]:
-                if j in matched or not element_keys.get(j):
+                if j in taken or not element_keys.get(j):
                     break
                 joined += element_keys[j]
                 run.append(j)
@@ -217,6 +222,13 @@ def _split_headings(
                 if not key.startswith(joined):
                     break
     return runs
+
+
+def _far_header(el: Element, entry: OutlineEntry, in_band: bool) -> bool:
+    top = _top(el)
+    if not in_band or top is None or entry.top is None:
+        return False
+    return abs(top + ((el.page or entry.page) - entry.page) - entry.top) > _HEADER_REACH
 
 
 def _distance(el: Element, entry: OutlineEntry, in_band: bool) -> float:

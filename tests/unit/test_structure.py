@@ -57,6 +57,7 @@ HEADINGS = [
     "第3章 数据类型",
     "设问与选项",
     "Overloading operator[]",
+    "Learning C++",
     "10 Copy anonymity (LaTeX only)",
     "11.7.1 Linux users (Ubuntu,Xubuntu,Lubuntu etc.)",
 ]
