@@ -8,7 +8,8 @@ outlines and headings (es_rag.structure_check).
 Downloads Debian documentation packages with ``apt-get download`` (cached under
 ``~/.cache/es-rag/debian-docs``): the C++ Annotations book (LaTeX, 1,151 pages, with a
 bookmark outline), the Auto Multiple Choice manual (DocBook through LaTeX, English and its
-Japanese translation) and pages of the Python 3 library reference (Sphinx HTML). Each file
+Japanese translation), the Gri manual (Texinfo), pages of the Python 3 library reference
+(Sphinx HTML) and of MkDocs' user guide (MkDocs HTML). Each file
 goes through es-rag's own parser (the sandbox, the default settings) and chunker, as
 ``es-rag ingest`` would send it; one JSON line per document, then a Markdown table with
 ``--markdown``. Parsing the book takes about two minutes on two cores.
@@ -54,7 +55,16 @@ PDFS = [
     ),
     ("gri.pdf", ("gri-pdf-doc",), "usr/share/doc/gri/gri.pdf.gz"),
 ]
-HTML_PAGES = ["json.html", "argparse.html", "functools.html", "sqlite3.html", "os.path.html"]
+# (Debian package candidates, glob of a page inside it): Sphinx (Python's library
+# reference) and MkDocs (MkDocs' own user guide).
+HTML_PAGES = [
+    *(
+        (PYTHON_DOC, f"usr/share/doc/python3*/html/library/{page}")
+        for page in ("json.html", "argparse.html", "functools.html", "sqlite3.html", "os.path.html")
+    ),
+    (("mkdocs-doc",), "usr/share/doc/mkdocs/html/user-guide/configuration.html"),
+    (("mkdocs-doc",), "usr/share/doc/mkdocs/html/user-guide/writing-your-docs.html"),
+]
 DEFAULT_CACHE = Path.home() / ".cache" / "es-rag" / "debian-docs"
 
 
@@ -99,16 +109,15 @@ def evaluate(cache: Path, only: str | None = None) -> list[StructureReport]:
             report = pdf_report(name, title, parsed.pages, parsed.outline, chunks, text)
             print(json.dumps({**report.to_dict(), "seconds": round(time.perf_counter() - t0, 1)}))
             reports.append(report)
-        root = None
-        for page in HTML_PAGES:
+        for packages, pattern in HTML_PAGES:
+            page = pattern.rsplit("/", 1)[-1]
             if only and only not in page:
                 continue
-            root = root or debian_package(PYTHON_DOC, cache)
-            path = next(root.glob(f"usr/share/doc/python3*/html/library/{page}"))
+            path = next(debian_package(packages, cache).glob(pattern))
             parsed = parser.parse(path)
             title = parsed.title or path.stem
             report = html_report(
-                page,
+                f"{packages[0].split('.')[0]}: {page}",
                 title,
                 html_headings(path.read_bytes()),
                 chunks_of(settings, parsed.elements, title),
