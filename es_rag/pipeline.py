@@ -26,7 +26,7 @@ from es_rag.chunking import (
 )
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
-from es_rag.engine.index import ChunkIndex, DocState, bulk_error
+from es_rag.engine.index import WRITE_KEYS, ChunkIndex, DocState, bulk_error, doc_query
 from es_rag.engine.mapping import ID_VERSION, IndexContract
 from es_rag.engine.status import StatusIndex
 from es_rag.errors import (
@@ -36,13 +36,16 @@ from es_rag.errors import (
     EngineUnavailableError,
     EsRagError,
     IndexBlockedError,
+    IndexContractError,
     InputError,
     TransientError,
 )
 from es_rag.files import expand_paths, load_document
+from es_rag.generations import Generation, Generations
 from es_rag.parsing import Parser, parser_version
 from es_rag.parts import Parts
 from es_rag.rows import (
+    Retarget,
     RowMaker,
     access_actions,
     acl_hash,
@@ -88,6 +91,7 @@ class Ingestor(Parts):
         self._parser: Parser | None = None
         self._tokens: tuple[Counter, int | None] | None = None
         self._row_maker: RowMaker | None = None
+        self._generations: Generations | None = None
 
     @property
     def parser(self) -> Parser:
@@ -112,6 +116,13 @@ class Ingestor(Parts):
         if self._index is None:
             self._index = ChunkIndex(self.engine, self.settings.index)
         return self._index
+
+    @property
+    def generations(self) -> Generations:
+        """The generation behind the alias and, during a migration, the mirrored one."""
+        if self._generations is None:
+            self._generations = Generations(self.engine, self.settings)
+        return self._generations
 
     @property
     def row_maker(self) -> RowMaker:
@@ -147,9 +158,27 @@ class Ingestor(Parts):
         )
 
     def init_index(self) -> tuple[str, bool]:
-        """Create the index and alias if absent, else check the existing one's contract."""
+        """Create the index and alias if absent, else check the existing one's contract.
+
+        During or after a migration (es_rag.generations) a writer configured for the
+        mirrored generation is checked against that one: it keeps writing both.
+        """
         contract = self.contract()
+        layout = self.generations.layout(fresh=True)
+        own = layout.own()
+        if own is not None and layout.primary is not None and own is not layout.primary:
+            diffs = own.contract.differences(contract, keys=WRITE_KEYS) if own.contract else []
+            if own.contract is None or diffs:
+                raise IndexContractError(
+                    f"{own.index} (mirrored behind {self.settings.index!r}) does not match "
+                    "the configuration: " + ("; ".join(diffs) or "it has no es-rag _meta")
+                )
+            self._dims = contract.dims
+            self._ready = True
+            return layout.primary.index, False
         name, created = self.index.ensure(self.engine.index_body(self.settings, contract), contract)
+        if created:
+            self.generations.forget()
         # ensure() checked that the index's dims equal the contract's; a remote embedding
         # server that later changes model is still caught per batch against this number.
         self._dims = contract.dims
@@ -184,7 +213,7 @@ class Ingestor(Parts):
             self.init_index()
         out: list[IngestResult | EsRagError | None] = [None] * len(docs)
         plans: list[_Plan] = []
-        emb_version = self.embedder.embedding_version
+        targets = self._targets()
         keys = [(self._tenant(doc), doc.doc_id) for doc in docs]
         last = {key: i for i, key in enumerate(keys)}
         for i, doc in enumerate(docs):
@@ -203,14 +232,20 @@ class Ingestor(Parts):
                 out[i] = plan.result("skipped", reason="stale-version")
                 out[i].error = f"version {plan.fence} is older than {newest}, already accepted"  # type: ignore[union-attr]
                 continue
-            state = self.index.doc_state(tenant, doc_id)
-            if state.is_complete(doc_hash=plan.doc_hash, embedding_version=emb_version):
+            states = [t.index.doc_state(tenant, doc_id) for t in targets]
+            if all(
+                st.is_complete(doc_hash=plan.doc_hash, embedding_version=t.version)
+                for t, st in zip(targets, states, strict=True)
+            ):
                 out[i] = plan.result("skipped", reason="unchanged")
                 continue
-            if state.same_content(content_hash=plan.doc_hash[:32], embedding_version=emb_version):
+            if all(
+                st.same_content(content_hash=plan.doc_hash[:32], embedding_version=t.version)
+                for t, st in zip(targets, states, strict=True)
+            ):
                 # Only the ACL or metadata changed: rewrite those fields, embed nothing.
                 try:
-                    out[i] = self._rewrite_access(plan, state)
+                    out[i] = self._rewrite_access(plan, targets, states)
                     continue
                 except BulkIndexingError as exc:
                     if isinstance(exc, TransientError):
@@ -221,7 +256,10 @@ class Ingestor(Parts):
                 except EsRagError as exc:
                     out[i] = exc
                     continue
-            plan.old = self.index.chunk_locations(tenant, doc_id) if state.count else {}
+            plan.old = {
+                t.name: t.index.chunk_locations(tenant, doc_id) if st.count else {}
+                for t, st in zip(targets, states, strict=True)
+            }
             plans.append(plan)
 
         if plans:
@@ -229,6 +267,31 @@ class Ingestor(Parts):
         if refresh:
             self.index.refresh()
         return [o for o in out if o is not None]
+
+    def _targets(self) -> list[_Target]:
+        """Where this batch writes: the alias's generation, then a mirrored one."""
+        layout = self.generations.layout()
+        if layout.own() is None:
+            # Reconfigured, or the generation this process was made for has been dropped:
+            # the contract check says which (and refuses a model that does not fit).
+            self.init_index()
+            layout = self.generations.layout(fresh=True)
+        own = layout.own() or layout.primary
+        return [self._target(g, configured=g is own) for g in layout.targets()]
+
+    def _target(self, gen: Generation, *, configured: bool) -> _Target:
+        if configured:
+            return _Target(gen.index, ChunkIndex(self.engine, gen.index), self.embedder, None)
+        embedder = self.generations.embedder(gen, self.embedder)
+        retarget = Retarget(
+            index=gen.index,
+            analyzer=self.generations.analyzer(gen, self.analyzer),
+            embedding_model=embedder.model,
+            embedding_version=gen.embedding_version or embedder.embedding_version,
+            context_header_prefix=self.settings.context_header_prefix,
+        )
+        dims = gen.contract.dims if gen.contract else 0
+        return _Target(gen.index, ChunkIndex(self.engine, gen.index), embedder, retarget, dims)
 
     def _tenant(self, doc: Document) -> str:
         try:
@@ -238,7 +301,9 @@ class Ingestor(Parts):
         except EsRagError:
             return doc.acl.tenant_id  # reported by the document's own plan
 
-    def _rewrite_access(self, plan: _Plan, state: DocState) -> IngestResult:
+    def _rewrite_access(
+        self, plan: _Plan, targets: list[_Target], states: list[DocState]
+    ) -> IngestResult:
         """The access-only path of ``ingest`` (``update_acl`` sends the same updates):
         every row of the document gets the new access fields, metadata and hash; no parse
         result is written and nothing is embedded.
@@ -253,18 +318,21 @@ class Ingestor(Parts):
             raise IndexBlockedError(
                 f"the index refuses writes ({', '.join(blocks)}); nothing was changed"
             )
-        fields = {**doc.acl.as_fields(), "doc_hash": plan.doc_hash}
-        reset_metadata = any(h[64:] != plan.doc_hash[64:] for h in state.doc_hashes)
-        if reset_metadata:
-            fields["metadata"] = doc.metadata
-        locations = self.index.chunk_locations(doc.acl.tenant_id, doc.doc_id)
-        outcome = self.index.bulk(
-            access_actions(locations, fields, reset_metadata=reset_metadata),
-            chunk_size=self.settings.bulk_chunk_size,
-            max_retries=self.settings.bulk_max_retries,
-            initial_backoff=self.settings.bulk_initial_backoff,
-        )
-        self.index.raise_on_failures(outcome, f"updating the access fields of {doc.doc_id}")
+        for target, state in zip(targets, states, strict=True):
+            fields = {**doc.acl.as_fields(), "doc_hash": plan.doc_hash}
+            reset_metadata = any(h[64:] != plan.doc_hash[64:] for h in state.doc_hashes)
+            if reset_metadata:
+                fields["metadata"] = doc.metadata
+            locations = target.index.chunk_locations(doc.acl.tenant_id, doc.doc_id)
+            outcome = target.index.bulk(
+                access_actions(locations, fields, reset_metadata=reset_metadata),
+                chunk_size=self.settings.bulk_chunk_size,
+                max_retries=self.settings.bulk_max_retries,
+                initial_backoff=self.settings.bulk_initial_backoff,
+            )
+            target.index.raise_on_failures(
+                outcome, f"updating the access fields of {doc.doc_id} in {target.name}"
+            )
         plan.timings["index"] = _ms(t0)
         return plan.result("indexed", reason="access-only")
 
@@ -297,7 +365,9 @@ class Ingestor(Parts):
         """Embed every planned chunk, write all rows, then roll back or clean up per doc.
 
         The order keeps readers safe: new rows first, old rows deleted last; an attempt that
-        failed (or was overtaken by a newer version) removes only what it added.
+        failed (or was overtaken by a newer version) removes only what it added. With a
+        mirrored generation, the alias's generation is written and cleaned first, then
+        the mirror for the documents that succeeded there.
         """
         t0 = time.perf_counter()
         refused = self._refusal(plans)
@@ -309,9 +379,23 @@ class Ingestor(Parts):
             return
         embed_ms, total = _ms(t0), max(sum(len(p.children) for p in plans), 1)
         t0 = time.perf_counter()
-        self._bulk_write(plans)
-        self._mark_superseded(plans)
-        stale_failures = self._clean_up(plans)
+        # Once more: a migration may have begun (or swapped) while this batch embedded, and
+        # a mirror that appeared must get these rows too.
+        targets = self._targets()
+        for target in targets:
+            for p in plans:
+                if target.name not in p.old:
+                    tenant, doc_id = p.doc.acl.tenant_id, p.doc.doc_id
+                    p.old[target.name] = target.index.chunk_locations(tenant, doc_id)
+        stale_failures: dict[str, dict[str, Any]] = {}
+        for n, target in enumerate(targets):
+            live = [p for p in plans if p.ok]
+            if not live:
+                break
+            self._bulk_write(target, live)
+            if n == 0:
+                self._mark_superseded(live)
+            stale_failures.update(self._clean_up(target, live))
         index_ms = _ms(t0)
         for p in plans:
             p.timings["embed"] = embed_ms * len(p.children) / total
@@ -347,10 +431,27 @@ class Ingestor(Parts):
             p.new_ids = {row["_id"] for row in p.rows}
         return None
 
-    def _bulk_write(self, plans: list[_Plan]) -> None:
+    def _bulk_write(self, target: _Target, plans: list[_Plan]) -> None:
+        """The plans' rows into one generation: as made, or remade with its model."""
+        rows: list[dict[str, Any]]
+        if target.retarget is None:
+            rows = [{**row, "_index": target.name} for p in plans for row in p.rows]
+        else:
+            sources = [(row["_id"], row["_source"]) for p in plans for row in p.rows]
+            try:
+                vectors = target.embedder.embed(
+                    target.retarget.texts([src for _, src in sources]), kind="passage"
+                )
+                if vectors.shape[1] != target.dims:
+                    raise DimensionMismatchError(expected=target.dims, got=int(vectors.shape[1]))
+            except EsRagError as exc:
+                for p in plans:
+                    p.error = exc
+                return
+            rows = list(target.retarget.actions(sources, vectors.tolist()))
         owner = {cid: p for p in plans for cid in p.new_ids}
-        outcome = self.index.bulk(
-            (row for p in plans for row in p.rows),
+        outcome = target.index.bulk(
+            rows,
             chunk_size=self.settings.bulk_chunk_size,
             max_retries=self.settings.bulk_max_retries,
             initial_backoff=self.settings.bulk_initial_backoff,
@@ -366,7 +467,7 @@ class Ingestor(Parts):
                 if newest is not None and newest > p.fence:
                     p.superseded = newest
 
-    def _clean_up(self, plans: list[_Plan]) -> dict[str, dict[str, Any]]:
+    def _clean_up(self, target: _Target, plans: list[_Plan]) -> dict[str, dict[str, Any]]:
         """Roll back failed or overtaken attempts; delete the rows the new version replaced.
 
         Returns the stale deletes that failed, by chunk id.
@@ -374,16 +475,17 @@ class Ingestor(Parts):
         rollback: dict[str, str] = {}
         stale: dict[str, str] = {}
         for p in plans:
-            if p.failures or p.superseded is not None:
+            old = p.old.get(target.name, {})
+            if not p.ok:
                 # What this attempt added goes; the previous version stays whole.
-                rollback.update({i: self.settings.index for i in p.new_ids - set(p.old)})
+                rollback.update({i: target.name for i in p.new_ids - set(old)})
             else:
-                stale.update({c: idx for c, idx in p.old.items() if c not in p.new_ids})
+                stale.update({c: idx for c, idx in old.items() if c not in p.new_ids})
         if rollback:
-            self.index.delete_chunks(rollback)
+            target.index.delete_chunks(rollback)
         if not stale:
             return {}
-        return {f["chunk_id"]: f for f in self.index.delete_chunks(stale).failures}
+        return {f["chunk_id"]: f for f in target.index.delete_chunks(stale).failures}
 
     def _outcome(
         self, p: _Plan, stale_failures: dict[str, dict[str, Any]]
@@ -394,7 +496,10 @@ class Ingestor(Parts):
             return res
         if p.failures:
             return bulk_error(f"indexing {p.doc.doc_id}", p.failures)
-        gone = [c for c in p.old if c not in p.new_ids]
+        if p.error is not None:
+            return p.error
+        old = next(iter(p.old.values()), {})
+        gone = [c for c in old if c not in p.new_ids]
         leftover = [stale_failures[c] for c in gone if c in stale_failures]
         if leftover:
             return bulk_error(f"deleting stale chunks of {p.doc.doc_id}", leftover)
@@ -499,7 +604,8 @@ class Ingestor(Parts):
         tenant = acl.tenant_id
         if not self._ready:
             self.init_index()
-        state = self.index.doc_state(tenant, doc_id)
+        targets = self._targets()
+        state = targets[0].index.doc_state(tenant, doc_id)
         if state.count == 0:
             raise InputError(
                 f"{doc_id}: tenant {tenant!r} has no such document, no ACL to update "
@@ -511,32 +617,47 @@ class Ingestor(Parts):
         old = state.doc_hashes[0]
         new_hash = old[:32] + acl_hash(acl) + old[64:]
         fields = {**acl.as_fields(), "doc_hash": new_hash}
-        locations = self.index.chunk_locations(tenant, doc_id)
-        outcome = self.index.bulk(
-            access_actions(locations, fields), chunk_size=self.settings.bulk_chunk_size
-        )
-        self.index.raise_on_failures(outcome, f"updating the ACL of {doc_id}")
+        updated = 0
+        for n, target in enumerate(targets):
+            # A mirrored generation that has no rows of it yet gets them (with this ACL)
+            # from the migration's backfill, which copies from the first.
+            locations = target.index.chunk_locations(tenant, doc_id)
+            outcome = target.index.bulk(
+                access_actions(locations, fields), chunk_size=self.settings.bulk_chunk_size
+            )
+            target.index.raise_on_failures(outcome, f"updating the ACL of {doc_id}")
+            updated = outcome.ok if n == 0 else updated
         if refresh:
             self.index.refresh()
-        return outcome.ok
+        return updated
 
     def delete_document(self, doc_id: str, *, tenant: str, refresh: bool = True) -> int:
         """Delete every row of one tenant's document (found by scan, removed by id)."""
         tenant = normalize_tenant(tenant, case_sensitive=self.settings.principal_case_sensitive)
-        locations = self.index.chunk_locations(tenant, doc_id)
-        self.index.raise_on_failures(self.index.delete_chunks(locations), f"deleting {doc_id}")
-        if refresh:
-            self.index.refresh()
-        return len(locations)
+        return self._delete_rows(doc_query(tenant, doc_id), f"deleting {doc_id}", refresh=refresh)
 
     def delete_tenant_rows(self, tenant: str, *, refresh: bool = True) -> int:
         """Delete every row of ``tenant`` (scan and delete by id: no _delete_by_query)."""
         tenant = normalize_tenant(tenant, case_sensitive=self.settings.principal_case_sensitive)
-        locations = self.index.locations({"term": {"tenant_id": tenant}})
-        self.index.raise_on_failures(self.index.delete_chunks(locations), f"deleting {tenant}")
-        if refresh and locations:
+        return self._delete_rows(
+            {"term": {"tenant_id": tenant}}, f"deleting {tenant}", refresh=refresh
+        )
+
+    def _delete_rows(self, query: dict[str, Any], what: str, *, refresh: bool) -> int:
+        """Scan and delete by id in every generation written, the alias's first (a
+        migration's backfill compares against it, so a row gone there never comes back).
+        Returns the rows deleted from the alias's generation."""
+        layout = self.generations.layout()
+        names = [g.index for g in layout.targets()] or [self.settings.index]
+        deleted = 0
+        for n, name in enumerate(names):
+            index = ChunkIndex(self.engine, name)
+            locations = index.locations(query)
+            index.raise_on_failures(index.delete_chunks(locations), what)
+            deleted = len(locations) if n == 0 else deleted
+        if refresh and deleted:
             self.index.refresh()
-        return len(locations)
+        return deleted
 
 
 @dataclass
@@ -549,13 +670,20 @@ class _Plan:
     chunks: list[Chunk]
     doc_hash: str
     version: str
-    old: dict[str, str] = field(default_factory=dict)
+    # Per generation written (es_rag.generations): chunk id -> concrete index of the rows
+    # this document had before.
+    old: dict[str, dict[str, str]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
     new_ids: set[str] = field(default_factory=set)
     failures: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     fence: int | None = None  # numeric doc_version: fenced against older versions
     superseded: int | None = None  # a newer version accepted while this one was written
+    error: EsRagError | None = None  # a generation after the first could not embed it
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.superseded is None and self.error is None
 
     @property
     def children(self) -> list[Chunk]:
@@ -575,6 +703,24 @@ class _Plan:
             source=self.doc.source_uri,
             timings_ms=self.timings,
         )
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One generation a batch writes: the configured one (rows as made), or one whose rows
+    are remade with its own model (``retarget``)."""
+
+    name: str
+    index: ChunkIndex
+    embedder: Embedder
+    retarget: Retarget | None
+    dims: int = 0
+
+    @property
+    def version(self) -> str:
+        if self.retarget is not None:
+            return self.retarget.embedding_version
+        return self.embedder.embedding_version
 
 
 def _failed(doc_id: str, exc: Exception, *, tenant: str | None = None) -> IngestResult:

@@ -185,3 +185,57 @@ def fence_version(version: str | None) -> int | None:
     if version is not None and version.isdigit() and len(version) < 19:
         return int(version)
     return None
+
+
+def row_embedding_text(source: dict[str, Any], *, prefix: bool = True) -> str:
+    """``embedding_text`` of a stored child row: its context header and content."""
+    header = source.get("context_header") or ""
+    content = source.get("content") or ""
+    return f"{header}\n{content}" if prefix and header else content
+
+
+@dataclass(frozen=True)
+class Retarget:
+    """Rows of one index generation rewritten for another (es_rag.generations).
+
+    Everything a row says about its document (ids, hashes, ACL, metadata, text, pages) is
+    kept as written; what the generation computes from the text is remade: the child's
+    vector with the generation's model and, when its analyzer differs, the BM25 terms.
+    The document hash is kept too, so a re-ingest of an unchanged document is recognised
+    in both generations.
+    """
+
+    index: str
+    analyzer: TextAnalyzer
+    embedding_model: str
+    embedding_version: str
+    context_header_prefix: bool
+
+    def texts(self, sources: Sequence[dict[str, Any]]) -> list[str]:
+        """What to embed, one text per child row, in order."""
+        prefix = self.context_header_prefix
+        return [row_embedding_text(s, prefix=prefix) for s in sources if s["chunk_type"] == "child"]
+
+    def actions(
+        self, rows: Sequence[tuple[str, dict[str, Any]]], vectors: list[list[float]]
+    ) -> Iterator[dict[str, Any]]:
+        """Index actions for ``(chunk id, source)`` rows; ``vectors`` are the children's."""
+        child_vectors = iter(vectors)
+        for cid, source in rows:
+            new = {
+                **source,
+                "embedding_model": self.embedding_model,
+                "embedding_version": self.embedding_version,
+            }
+            if source["chunk_type"] == "child":
+                new["embedding"] = next(child_vectors)
+                if source.get("analyzer_version") != self.analyzer.version:
+                    text = row_embedding_text(source, prefix=self.context_header_prefix)
+                    new["content_terms"] = self.analyzer.analyze(text)
+                    new["title_terms"] = self.analyzer.analyze(
+                        " ".join(source.get("title_path") or [])
+                    )
+            new["analyzer_version"] = self.analyzer.version
+            yield {"_op_type": "index", "_index": self.index, "_id": cid, "_source": new}
+        if next(child_vectors, None) is not None:
+            raise ValueError("more vectors than child rows")  # a bug in the caller

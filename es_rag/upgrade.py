@@ -26,6 +26,7 @@ from es_rag.acl import identity_policy, normalize_principal, normalize_tenant
 from es_rag.engine.mapping import ID_VERSION
 from es_rag.engine.status import status_key
 from es_rag.errors import IndexContractError
+from es_rag.generations import mirror_alias
 from es_rag.pipeline import Ingestor
 from es_rag.rows import chunk_id, hash_of
 
@@ -59,6 +60,13 @@ def upgrade_index(
     concrete = index.concrete_indices()
     if not concrete:
         raise IndexContractError(f"no index behind {settings.index!r}: nothing to upgrade")
+    mirrored = ingestor.engine.alias_indices(mirror_alias(settings.index))
+    if mirrored:
+        # Rewritten ids here would not be the ids the mirrored generation holds.
+        raise IndexContractError(
+            f"{settings.index!r} mirrors {mirrored[0]} (a migration): finish it with "
+            "`es-rag migrate --drop-old` or `--abort` before upgrading"
+        )
     for name in concrete:
         meta = ingestor.engine.mapping(name).get("_meta") or {}
         report = UpgradeReport(index=name)

@@ -163,6 +163,13 @@ class Engine(ABC):
     @abstractmethod
     def delete_index(self, name: str) -> None: ...
 
+    def update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        """One ``_aliases`` request: every action applies, atomically, or none does."""
+        self.call(
+            "update aliases",
+            lambda: self.client.indices.update_aliases(body={"actions": actions}),
+        )
+
     def refresh(self, index: str) -> None:
         self.call("refresh", lambda: self.client.indices.refresh(index=index))
 

@@ -15,6 +15,7 @@ from typing import Any
 from es_rag.engine.base import Engine
 from es_rag.engine.mapping import IndexContract
 from es_rag.errors import BulkIndexingError, BulkRejectedError, EngineError, IndexContractError
+from es_rag.generations import by_generation
 
 # Writing with other vectors or other terms would silently corrupt ranking; with other ids
 # a document's rows would no longer be found (and replaced) by their id; with another
@@ -79,7 +80,8 @@ class ChunkIndex:
 
     # --- lifecycle -----------------------------------------------------------------------
     def concrete_indices(self) -> list[str]:
-        return self.engine.alias_indices(self.alias)
+        """By generation number: ``-10`` is newer than ``-9``."""
+        return by_generation(self.alias, self.engine.alias_indices(self.alias))
 
     def exists(self) -> bool:
         return bool(self.concrete_indices())

@@ -25,6 +25,28 @@ MAPPING_VERSION = 1
 ID_VERSION = 2
 _FLAT_TYPES = {"flat", "int8_flat", "int4_flat", "bbq_flat"}
 _VECTOR_TYPES = _FLAT_TYPES | {"hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "bbq_disk"}
+# The settings that make an index's vectors and terms, recorded in its ``_meta`` as
+# ``settings`` (es_rag.generations): whoever writes or queries a generation computes with
+# them. Two recipes that agree on these make the same rows.
+RECORDED_KEYS = (
+    "embedding_backend",
+    "embedding_model",
+    "embedding_dims",
+    "embedding_normalize",
+    "embedding_max_length",
+    "query_prefix",
+    "passage_prefix",
+    "embedding_input_type",
+    "analyzer_language",
+)
+# Recorded but never compared: how vectors are stored (a migration may change it and keep
+# the model) and where a remote model answers (two hosts may reach one server by two names).
+LOCATION_KEYS = ("similarity", "vector_index_type", "embedding_url")
+
+
+def recorded_settings(settings: Settings) -> dict[str, Any]:
+    """What an index created with ``settings`` records of them in its ``_meta``."""
+    return {k: getattr(settings, k) for k in (*RECORDED_KEYS, *LOCATION_KEYS)}
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,9 @@ def mappings_dir() -> Path:
     repo = Path(__file__).resolve().parents[2] / "mappings"
     if repo.is_dir():
         return repo
-    return Path(str(resources.files("es_rag.mappings")))
+    # es_rag.mappings has no __init__: a namespace package, whose files() is a
+    # MultiplexedPath (its str() is not a path); a file inside it is a real one.
+    return Path(str(resources.files("es_rag.mappings").joinpath("status-v2.json"))).parent
 
 
 def index_body(filename: str) -> dict[str, Any]:
@@ -172,7 +196,7 @@ def build_index_body(
         vector["dims"] = contract.dims
         vector["similarity"] = contract.similarity
         vector["index_options"] = vector_index_options(settings)
-    body["mappings"]["_meta"] = contract.to_meta()
+    body["mappings"]["_meta"] = {**contract.to_meta(), "settings": recorded_settings(settings)}
     _check_filled(body)
     return body
 

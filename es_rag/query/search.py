@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from es_rag.acl import acl_filter, identity_policy, make_caller, normalize_caller
@@ -26,6 +27,7 @@ from es_rag.errors import (
     EngineUnavailableError,
     IndexContractError,
 )
+from es_rag.generations import Generations
 from es_rag.parts import Parts
 from es_rag.query import build
 from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clauses
@@ -54,7 +56,8 @@ class Searcher(Parts):
     ) -> None:
         super().__init__(settings, client=client, embedder=embedder, analyzer=analyzer)
         self._cluster: ClusterInfo | None = None
-        self._contract: IndexContract | None = None
+        self._generations: Generations | None = None
+        self._served: dict[str, _Served] = {}
         self._field_types: dict[str, str] | None = None
         self._reranker: Reranker | None = reranker
         # Repeated questions skip the model; shareable between searchers (eval's variants).
@@ -66,41 +69,78 @@ class Searcher(Parts):
             self._cluster = self.engine.probe(self.settings.index)
         return self._cluster
 
-    def contract(self) -> IndexContract:
-        """The index's contract, checked once against this searcher's analyzer and model."""
-        if self._contract is None:
-            contract = ChunkIndex(self.engine, self.settings.index).contract()
-            if contract is None:
-                raise IndexContractError(
-                    f"no es-rag index behind {self.settings.index!r}: "
-                    "run `es-rag init` or ingest first"
-                )
-            if contract.analyzer_version != self.analyzer.version:
-                raise AnalyzerMismatchError(
-                    f"the index was analysed with {contract.analyzer_version!r} but this query "
-                    f"would use {self.analyzer.version!r}; BM25 terms would not match"
-                )
-            identity = identity_policy(self.settings.principal_case_sensitive)
-            if contract.identity != identity:
-                # A deny entry written in another form would not match this caller.
-                raise IndexContractError(
-                    f"the index's tenants and principals are in the form {contract.identity!r}"
-                    f", this configuration writes and asks in {identity!r}"
-                    + (
-                        "; run `es-rag upgrade-index` once"
-                        if contract.identity == "exact"
-                        else " (ES_RAG_PRINCIPAL_CASE_SENSITIVE differs)"
-                    )
-                )
-            self._contract = contract
-        return self._contract
+    @property
+    def generations(self) -> Generations:
+        if self._generations is None:
+            self._generations = Generations(self.engine, self.settings)
+        return self._generations
 
-    def _check_vectors(self) -> None:
-        contract = self.contract()
-        if contract.embedding_version != self.embedder.embedding_version:
+    def generation(self) -> _Served:
+        """The generation the alias serves (resolved at most a second ago) and the parts
+        that query it: this searcher's own, or, once a migration has moved the alias to a
+        generation made with another model, that generation's (es_rag.generations)."""
+        layout = self.generations.layout()
+        gen = layout.primary
+        if gen is None:
             raise IndexContractError(
-                f"the index holds vectors of {contract.embedding_version!r}, the configured "
-                f"model is {self.embedder.embedding_version!r}; query vectors would not compare"
+                f"no es-rag index behind {self.settings.index!r}: run `es-rag init` or ingest first"
+            )
+        served = self._served.get(gen.index)
+        if served is None:
+            if gen is (layout.own() or gen):
+                settings, embedder, analyzer = self.settings, self.embedder, self.analyzer
+            else:
+                settings = gen.settings
+                embedder = self.generations.embedder(gen, self.embedder)
+                analyzer = self.generations.analyzer(gen, self.analyzer)
+            served = _Served(
+                index=gen.index,
+                contract=self._checked(gen.contract, analyzer),
+                settings=settings.model_copy(update={"index": gen.index}),
+                embedder=embedder,
+                analyzer=analyzer,
+            )
+            self._served[gen.index] = served
+        return served
+
+    def contract(self) -> IndexContract:
+        """The served generation's contract, checked against the analyzer that queries it."""
+        return self.generation().contract
+
+    def _checked(self, contract: IndexContract | None, analyzer: TextAnalyzer) -> IndexContract:
+        if contract is None:
+            raise IndexContractError(
+                f"no es-rag index behind {self.settings.index!r}: run `es-rag init` or ingest first"
+            )
+        if contract.analyzer_version != analyzer.version:
+            raise AnalyzerMismatchError(
+                f"the index was analysed with {contract.analyzer_version!r} but this query "
+                f"would use {analyzer.version!r}; BM25 terms would not match"
+            )
+        identity = identity_policy(self.settings.principal_case_sensitive)
+        if contract.identity != identity:
+            # A deny entry written in another form would not match this caller.
+            raise IndexContractError(
+                f"the index's tenants and principals are in the form {contract.identity!r}"
+                f", this configuration writes and asks in {identity!r}"
+                + (
+                    "; run `es-rag upgrade-index` once"
+                    if contract.identity == "exact"
+                    else " (ES_RAG_PRINCIPAL_CASE_SENSITIVE differs)"
+                )
+            )
+        return contract
+
+    def check_vectors(self) -> None:
+        """The served generation's vectors compare with the query vectors it would get."""
+        self._check_vectors(self.generation())
+
+    def _check_vectors(self, served: _Served) -> None:
+        if served.contract.embedding_version != served.embedder.embedding_version:
+            raise IndexContractError(
+                f"the index holds vectors of {served.contract.embedding_version!r}, the "
+                f"configured model is {served.embedder.embedding_version!r}; query vectors "
+                "would not compare"
             )
 
     def resolve_strategy(self, requested: str | None) -> tuple[str, str | None]:
@@ -135,14 +175,14 @@ class Searcher(Parts):
             raise ConfigurationError("k must be >= 1")
         do_rerank = self._wants_rerank(rerank)
         chosen, note = resolve(strategy, s, self.cluster)
-        self.contract()  # probed and checked once per Searcher, outside the timings
+        served = self.generation()  # checked once per generation, outside the timings
         if chosen.uses_vector:
-            self._check_vectors()
+            self._check_vectors(served)
         clauses = self._filter_clauses(filters)
         started = time.perf_counter()
         timings: dict[str, float] = {}
         depth = max(k, s.rerank_window) if do_rerank else k
-        q = self._query(query, chosen, caller, clauses, depth, timings)
+        q = self._query(query, chosen, served, caller, clauses, depth, timings)
 
         t0 = time.perf_counter()
         responses = self._send(chosen.bodies(q, self.engine), q.acl)
@@ -186,20 +226,24 @@ class Searcher(Parts):
         self,
         text: str,
         strategy: Strategy,
+        served: _Served,
         caller: Caller,
         filters: list[dict[str, Any]],
         depth: int,
         timings: dict[str, float],
     ) -> Query:
-        s = self.settings
+        s = served.settings
         vector: list[float] = []
         if strategy.uses_vector:
             t0 = time.perf_counter()
-            vector = self.query_cache.get_or_compute(text, lambda: self.embedder.embed_query(text))
+            embedder = served.embedder
+            # Another generation's model answers another key: vectors never cross models.
+            key = text if embedder is self.embedder else f"{embedder.embedding_version}\0{text}"
+            vector = self.query_cache.get_or_compute(key, lambda: embedder.embed_query(text))
             timings["embed"] = _ms(t0)
         return Query(
             text=text,
-            terms=self.analyzer.analyze(text) if strategy.uses_terms else "",
+            terms=served.analyzer.analyze(text) if strategy.uses_terms else "",
             vector=vector,
             acl=acl_filter(caller),
             filters=filters,
@@ -277,8 +321,19 @@ class Searcher(Parts):
         if request.pipeline is not None and request.pipeline[0] not in self._pipelines:
             self.engine.ensure_search_pipeline(*request.pipeline)
             self._pipelines.add(request.pipeline[0])
-        index, params = self.settings.index, request.params or None
+        index, params = self.generation().index, request.params or None
         return [_once_more(lambda: self.engine.search(index, body, params=params))]
+
+
+@dataclass(frozen=True)
+class _Served:
+    """The generation a query runs on, by concrete name, and what queries it."""
+
+    index: str
+    contract: IndexContract
+    settings: Settings
+    embedder: Embedder
+    analyzer: TextAnalyzer
 
 
 def _once_more(send: Callable[[], T]) -> T:

@@ -191,8 +191,7 @@ class Service:
             checks["engine"] = f"{type(exc).__name__}: {exc}"
             return checks
         try:
-            self.searcher.contract()
-            self.searcher._check_vectors()
+            self.searcher.check_vectors()
             checks["index"] = "ok"
         except EsRagError as exc:
             checks["index"] = f"{type(exc).__name__}: {exc}"

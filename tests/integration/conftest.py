@@ -37,7 +37,12 @@ def analyzer() -> TextAnalyzer:
 
 
 def drop_alias(engine: Engine, alias: str) -> None:
-    for name in engine.alias_indices(alias):
+    """Every generation of the alias: the served one, a migration's mirror, leftovers."""
+    from es_rag.generations import generation_number
+
+    names = set(engine.alias_indices(alias)) | set(engine.alias_indices(f"{alias}-mirror"))
+    names |= {n for n in engine.list_indices(f"{alias}-*") if generation_number(alias, n)}
+    for name in sorted(names):
         engine.delete_index(name)
 
 
