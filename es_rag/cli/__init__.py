@@ -17,7 +17,14 @@ from typing import Annotated
 
 import typer
 
-from es_rag.cli import documents, evaluating, querying, queueing, serving
+from es_rag.cli import (
+    documents,
+    evaluating,
+    migrating,
+    querying,
+    queueing,
+    serving,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -74,6 +81,7 @@ app.command("eval")(evaluating.eval_)
 app.command()(documents.delete)
 app.command("upgrade-index")(documents.upgrade_index)
 app.command()(documents.info)
+app.command()(migrating.migrate)
 app.command()(serving.serve)
 app.add_typer(serving.keys_app, name="keys")
 

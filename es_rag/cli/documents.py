@@ -247,20 +247,24 @@ def upgrade_index(ctx: typer.Context) -> None:
 
 
 def info(ctx: typer.Context) -> None:
-    """What the cluster offers (version, license, native RRF) and the index's contract."""
+    """What the cluster offers (version, license, native RRF), the index's contract, its
+    generations (which one serves, which one is mirrored) and any migration in progress."""
     from es_rag.engine.client import make_engine
     from es_rag.engine.index import ChunkIndex
+    from es_rag.migrate import Migrator
 
     settings = settings_of(ctx)
     engine = run(lambda: make_engine(settings))
     cluster = run(lambda: engine.probe(settings.index))
     contract = run(lambda: ChunkIndex(engine, settings.index).contract())
+    generations = run(lambda: Migrator(engine, settings).status())
     typer.echo(
         json.dumps(
             {
                 "cluster": asdict(cluster),
                 "index": settings.index,
                 "contract": asdict(contract) if contract else None,
+                "generations": generations,
             }
         )
     )
