@@ -20,6 +20,7 @@
     ├── QueueUnavailableError       the broker (Redis) cannot be reached         (transient)
     ├── RerankError                 the reranker failed or ran out of time
     ├── FilterError                 a user filter that cannot be translated honestly
+    ├── DashboardsError             Kibana / OpenSearch Dashboards refused or failed an import
     └── InputError                  an input document that cannot be ingested
         ├── UnsupportedFormatError  a file type es-rag does not parse (judged by content)
         ├── EncryptedDocumentError  a password-protected file; es-rag never guesses passwords
@@ -134,6 +135,11 @@ class RerankError(EsRagError):
 
 class FilterError(EsRagError):
     """A user's search filter that is malformed or would silently match the wrong rows."""
+
+
+class DashboardsError(EsRagError):
+    """Kibana or OpenSearch Dashboards could not be reached, refused the saved objects, or
+    imported only some of them (``es-rag dashboards install``)."""
 
 
 class InputError(EsRagError):

@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from es_rag.cli import (
+    dashboards,
     documents,
     evaluating,
     migrating,
@@ -84,6 +85,7 @@ app.command()(documents.info)
 app.command()(migrating.migrate)
 app.command()(serving.serve)
 app.add_typer(serving.keys_app, name="keys")
+app.add_typer(dashboards.dashboards_app, name="dashboards")
 
 
 def main() -> None:
