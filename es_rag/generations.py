@@ -121,10 +121,22 @@ class Generations:
             # A concrete index named directly (a migration's gate queries each generation).
             return Layout(primary=self._generation(alias))
         mirrored = [n for n in found.get(mirror, []) if n not in primary]
-        return Layout(
-            primary=self._generation(primary[-1]) if primary else None,
-            mirror=self._generation(mirrored[-1]) if mirrored else None,
-        )
+        served = self._generation(primary[-1]) if primary else None
+        other = self._generation(mirrored[-1]) if mirrored else None
+        if served is not None and not served.configured and not self._follows(served, other):
+            # Not a migration's partner, just another configuration: this process's own
+            # settings apply, and the contract check refuses them as it always has.
+            served = Generation(served.index, served.contract, self.settings, True, served.meta)
+        return Layout(primary=served, mirror=other)
+
+    def _follows(self, served: Generation, other: Generation | None) -> bool:
+        """A process may use the served generation's recorded model only across a
+        migration: it is configured for the mirrored generation, or for the one the
+        served generation was migrated from."""
+        if other is not None and other.configured:
+            return True
+        source = (served.meta.get("migration") or {}).get("source_settings")
+        return isinstance(source, dict) and same_recipe(source, recorded_settings(self.settings))
 
     def _aliases(self, *names: str) -> dict[str, list[str]]:
         """alias → concrete indices, for the aliases that exist."""
@@ -136,9 +148,19 @@ class Generations:
         return out
 
     def meta(self, index: str) -> dict[str, Any]:
-        if index not in self._meta:
-            self._meta[index] = dict(self.engine.mapping(index).get("_meta") or {})
-        return self._meta[index]
+        meta = self._meta.get(index)
+        if meta is None:
+            meta = dict(self.engine.mapping(index).get("_meta") or {})
+            self._meta[index] = meta
+        return meta
+
+    def recipe(self, gen: Generation) -> Settings:
+        """This process's settings with ``gen``'s recorded recipe (what made its rows)."""
+        recorded = gen.meta.get("settings")
+        if not isinstance(recorded, dict):
+            return gen.settings
+        keys = (*RECORDED_KEYS, *LOCATION_KEYS)
+        return self.settings.model_copy(update={k: recorded[k] for k in keys if k in recorded})
 
     def _generation(self, index: str) -> Generation:
         meta = self.meta(index)

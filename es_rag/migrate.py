@@ -169,7 +169,7 @@ class Migrator:
                 f"{source.index} has id version {source.contract.id_version}; run "
                 "`es-rag upgrade-index` first"
             )
-        wanted = source.settings.model_copy(update=overrides)
+        wanted = self.generations.recipe(source).model_copy(update=overrides)
         if layout.mirror is not None:
             mirror = layout.mirror
             state = self._migration(mirror)
@@ -211,6 +211,8 @@ class Migrator:
         body = self.engine.index_body(wanted, contract)
         body["mappings"]["_meta"]["migration"] = {
             "source": source.index,
+            # Processes configured like the source follow the alias here after the swap.
+            "source_settings": source.meta.get("settings") or recorded_settings(source.settings),
             "state": "backfilling",
             "after": None,
             "started_at": now_iso(),

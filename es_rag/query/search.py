@@ -20,7 +20,7 @@ from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.base import ClusterInfo
 from es_rag.engine.index import ChunkIndex
-from es_rag.engine.mapping import IndexContract
+from es_rag.engine.mapping import IndexContract, recorded_settings
 from es_rag.errors import (
     AnalyzerMismatchError,
     ConfigurationError,
@@ -79,7 +79,7 @@ class Searcher(Parts):
         """The generation the alias serves (resolved at most a second ago) and the parts
         that query it: this searcher's own, or, once a migration has moved the alias to a
         generation made with another model, that generation's (es_rag.generations)."""
-        layout = self.generations.layout()
+        layout = _once_more(self.generations.layout)
         gen = layout.primary
         if gen is None:
             raise IndexContractError(
@@ -87,16 +87,16 @@ class Searcher(Parts):
             )
         served = self._served.get(gen.index)
         if served is None:
-            if gen is (layout.own() or gen):
-                settings, embedder, analyzer = self.settings, self.embedder, self.analyzer
-            else:
-                settings = gen.settings
+            recipe: dict[str, Any] = {}
+            embedder, analyzer = self.embedder, self.analyzer
+            if not gen.configured:
+                recipe = recorded_settings(gen.settings)
                 embedder = self.generations.embedder(gen, self.embedder)
                 analyzer = self.generations.analyzer(gen, self.analyzer)
             served = _Served(
                 index=gen.index,
                 contract=self._checked(gen.contract, analyzer),
-                settings=settings.model_copy(update={"index": gen.index}),
+                recipe=recipe,
                 embedder=embedder,
                 analyzer=analyzer,
             )
@@ -232,7 +232,10 @@ class Searcher(Parts):
         depth: int,
         timings: dict[str, float],
     ) -> Query:
-        s = served.settings
+        # This searcher's settings as they are now (callers may replace them between
+        # queries), with the served generation's name and, when it is not this
+        # searcher's own, its recipe.
+        s = self.settings.model_copy(update={**served.recipe, "index": served.index})
         vector: list[float] = []
         if strategy.uses_vector:
             t0 = time.perf_counter()
@@ -331,7 +334,7 @@ class _Served:
 
     index: str
     contract: IndexContract
-    settings: Settings
+    recipe: dict[str, Any]  # the generation's recorded settings, when not this searcher's
     embedder: Embedder
     analyzer: TextAnalyzer
 

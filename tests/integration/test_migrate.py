@@ -20,6 +20,7 @@ import pytest
 
 from es_rag.acl import make_acl, make_caller
 from es_rag.engine.client import Engine
+from es_rag.errors import IndexContractError
 from es_rag.migrate import Migrator
 from es_rag.pipeline import Ingestor
 from es_rag.query.search import Searcher
@@ -216,6 +217,14 @@ def test_a_migration_to_another_model_under_live_writes(
     assert migrator.drop_old() == {"served": target, "deleted": source}
     assert not engine.index_exists(source)
     assert engine.alias_indices(f"{alias}-mirror") == []
+    # A MiniLM searcher still answers (the served generation was migrated from its recipe);
+    # a MiniLM writer is told to reconfigure.
+    hits = Searcher(settings, client=engine, embedder=embedder, analyzer=analyzer).search(
+        "wombat burrow survey", caller=intern, k=3
+    )
+    assert hits.hits and hits.hits[0].doc_id == "after"
+    with pytest.raises(IndexContractError, match="embedding_version"):
+        ingestor.ingest(Document(doc_id="x", text="# X\n\nx", acl=make_acl("acme", public=True)))
 
 
 def test_a_killed_migration_resumes_and_info_shows_it(
