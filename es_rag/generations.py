@@ -108,7 +108,8 @@ class Generations:
         return self._layout
 
     def forget(self) -> None:
-        """The next ``layout()`` asks the server (after a 404 on a dropped generation)."""
+        """The next ``layout()`` and ``meta()`` ask the server (after this process moved
+        an alias or changed a ``_meta``)."""
         self._layout = None
         self._meta.clear()
 

