@@ -279,6 +279,12 @@ class Settings(BaseSettings):
         description="comma-separated folders POST /v1/documents may name files under; empty: "
         "ingestion by path through the API is off",
     )
+    serve_cors_origins: str = Field(
+        default="",
+        description="comma-separated browser origins (https://app.example.com) allowed to call "
+        "the service from another origin; empty: none. A request from any other origin is "
+        "refused (403) before its credential is read",
+    )
     jwt_secret: SecretStr | None = Field(default=None, description="HS256 shared secret")
     jwt_jwks_file: Path | None = Field(default=None, description="JWKS file (RS256/ES256 keys)")
     jwt_issuer: str | None = None
@@ -289,6 +295,10 @@ class Settings(BaseSettings):
         default="sub", description="claim naming the user (becomes user:<value>); empty: none"
     )
     jwt_role_claim: str = "role"
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return [o.strip().rstrip("/") for o in self.serve_cors_origins.split(",") if o.strip()]
 
     @property
     def ingest_roots(self) -> list[Path]:

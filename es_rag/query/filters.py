@@ -364,7 +364,7 @@ def to_clauses(filters: Sequence[FieldFilter], types: dict[str, str]) -> list[di
 
 
 def _to_clause(f: FieldFilter, types: dict[str, str]) -> dict[str, Any]:
-    kind = _resolve_type(f.field, types)
+    kind = resolve_type(f.field, types)
     if f.op not in ALL_OPS:
         raise FilterError(f"{f.field}: unknown operator {f.op!r}; one of {sorted(ALL_OPS)}")
     rule = RULES.get(kind)
@@ -385,7 +385,9 @@ def _describe(kind: str) -> str:
     return "a metadata key" if kind == "flattened_key" else kind
 
 
-def _resolve_type(field: str, types: dict[str, str]) -> str:
+def resolve_type(field: str, types: dict[str, str]) -> str:
+    """The filter rule a field follows (a metadata key is ``flattened_key``); refuses
+    access-control, vector, analysed-text and unknown fields with a reason."""
     root = field.split(".", 1)[0]
     if root in ACCESS_FIELDS:
         raise FilterError(

@@ -160,6 +160,8 @@ class Searcher(Parts):
         filters: Sequence[FieldFilter | str] = (),
         strategy: str | None = None,
         rerank: bool | None = None,
+        clauses: Sequence[dict[str, Any]] = (),
+        navigation: bool = False,
     ) -> SearchResponse:
         """Search on behalf of ``caller``; only rows the caller may read are ever scored.
 
@@ -167,6 +169,9 @@ class Searcher(Parts):
         ``"metadata.product=hr"``); they go inside every retriever, like the ACL.
         ``rerank`` (default: on when a reranker is configured) reorders the top
         ``rerank_window`` candidates; a failing or slow reranker leaves the fused order.
+        ``clauses`` are filter-context query clauses already checked by the caller (the
+        Elasticsearch-compatible surface, es_rag.serve.dsl); ``navigation`` keeps tables of
+        contents and indexes, which search otherwise leaves out.
         """
         s = self.settings
         caller = self._caller(caller, tenant, principals)
@@ -178,7 +183,7 @@ class Searcher(Parts):
         served = self.generation()  # checked once per generation, outside the timings
         if chosen.uses_vector:
             self._check_vectors(served)
-        clauses = self._filter_clauses(filters)
+        clauses = [*self._filter_clauses(filters, navigation), *clauses]
         started = time.perf_counter()
         timings: dict[str, float] = {}
         depth = max(k, s.rerank_window) if do_rerank else k
@@ -256,19 +261,25 @@ class Searcher(Parts):
             highlight=build.highlight(text) if s.highlight else None,
         )
 
-    def _filter_clauses(self, filters: Sequence[FieldFilter | str]) -> list[dict[str, Any]]:
+    def _filter_clauses(
+        self, filters: Sequence[FieldFilter | str], navigation: bool = False
+    ) -> list[dict[str, Any]]:
         """The user's filters, and the rows search leaves out unless a filter asks for them
         (tables of contents and indexes, which match every question and cite nothing)."""
         if not filters:
-            return [build.WITHOUT_NAVIGATION]
+            return [] if navigation else [build.WITHOUT_NAVIGATION]
         parsed = [parse_filter(f) if isinstance(f, str) else f for f in filters]
+        clauses = to_clauses(parsed, self.field_types())
+        if not navigation and not any(f.field == "element_types" for f in parsed):
+            clauses.append(build.WITHOUT_NAVIGATION)
+        return clauses
+
+    def field_types(self) -> dict[str, str]:
+        """The index's fields and their types (es_rag.query.filters.field_types)."""
         if self._field_types is None:
             index = ChunkIndex(self.engine, self.settings.index)
             self._field_types = field_types(index.mapping_properties())
-        clauses = to_clauses(parsed, self._field_types)
-        if not any(f.field == "element_types" for f in parsed):
-            clauses.append(build.WITHOUT_NAVIGATION)
-        return clauses
+        return self._field_types
 
     def _wants_rerank(self, requested: bool | None) -> bool:
         if requested is False:

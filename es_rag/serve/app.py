@@ -22,11 +22,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,6 +52,16 @@ from es_rag.query.search import Searcher
 from es_rag.query.strategies import resolve
 from es_rag.serve import models as m
 from es_rag.serve.batching import BatchingEmbedder, OverloadedError
+from es_rag.serve.dsl import DslError
+from es_rag.serve.es_api import (
+    Compat,
+    IndexNotFound,
+    es_error_body,
+    index_not_found,
+    parse_json,
+    parse_ndjson,
+    root_info,
+)
 from es_rag.serve.identity import Authenticator, Forbidden, Identity, Unauthorized
 from es_rag.serve.keys import KeyStore
 from es_rag.serve.limits import RateLimiter, retry_after
@@ -83,6 +95,8 @@ def error_status(exc: EsRagError) -> tuple[int, dict[str, str]]:
         return 401, {"WWW-Authenticate": 'ApiKey realm="es-rag", Bearer realm="es-rag"'}
     if isinstance(exc, Forbidden):
         return 403, {}
+    if isinstance(exc, IndexNotFound):
+        return 404, {}
     if isinstance(exc, RateLimited):
         return 429, {"Retry-After": retry_after(exc.wait_s)}
     if isinstance(exc, RequestTimeout):
@@ -377,7 +391,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 f"the request took longer than {s.serve_request_timeout:g} s"
             ) from None
 
-    def authenticated(action: str) -> Callable[[Request], Awaitable[Identity]]:
+    def authenticated(
+        action: str | None, *, alias: bool = True
+    ) -> Callable[[Request], Awaitable[Identity]]:
+        """The caller, allowed ``action`` (None: any role) on the served alias (``alias``
+        False: the route resolves the names it is given itself, answering 404)."""
+
         async def dependency(request: Request) -> Identity:
             header = request.headers.get("authorization")
             try:
@@ -390,7 +409,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 raise
             request.state.identity = who
             try:
-                who.require(action, s.index)
+                if action is not None:
+                    who.require(action, s.index if alias else None)
             except Forbidden:
                 service.metrics.auth_failures.labels("403").inc()
                 raise
@@ -422,6 +442,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if status == 500:
             log.error("internal error on %s: %s: %s", request.url.path, type(exc).__name__, exc)
             return error_response(500, "internal_error", "see the service log")
+        if ES_PATH.match(request.url.path):
+            return es_error(exc, status, headers)
         return error_response(status, _snake(type(exc).__name__), str(exc), headers)
 
     # --- probes --------------------------------------------------------------------------
@@ -546,8 +568,163 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 out[name] = report[name]
         return out
 
+    # --- the Elasticsearch-compatible surface (es_rag.serve.es_api) -----------------------
+    compat = Compat(service)
+    es: list[str | Enum] = ["elasticsearch-compatible"]
+
+    @app.api_route("/", methods=["GET", "HEAD"], tags=es)
+    async def root(
+        request: Request,
+        who: Identity = Depends(authenticated(None)),  # noqa: B008
+    ) -> Response:
+        """Name, cluster and a version the official 8.x and 9.x clients accept."""
+        if request.method == "HEAD":
+            return Response(status_code=200, media_type="application/json")
+        return JSONResponse(root_info("es-rag", f"es-rag:{s.index}"))
+
+    @app.api_route("/{target}/_search", methods=["GET", "POST"], tags=es)
+    async def es_search(
+        target: str,
+        request: Request,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """Query DSL in, es-rag's hybrid search under the key's ACL out."""
+        compat.resolve(target, who)
+        body = parse_json(await request.body())
+        params = dict(request.query_params)
+        request.state.strategy = params.get("strategy") or "auto"
+        return JSONResponse(await within(lambda: compat.search(who, body, params)))
+
+    async def msearch(request: Request, who: Identity, target: str | None) -> Response:
+        if target is not None:
+            compat.resolve(target, who)
+        lines = parse_ndjson(await request.body())
+        return JSONResponse(await within(lambda: compat.msearch(who, lines, target)))
+
+    @app.api_route("/_msearch", methods=["GET", "POST"], tags=es)
+    async def es_msearch_all(
+        request: Request,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """Several searches, each header naming the alias."""
+        return await msearch(request, who, None)
+
+    @app.api_route("/{target}/_msearch", methods=["GET", "POST"], tags=es)
+    async def es_msearch(
+        target: str,
+        request: Request,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """Several searches on the alias."""
+        return await msearch(request, who, target)
+
+    @app.api_route("/{target}/_count", methods=["GET", "POST"], tags=es)
+    async def es_count(
+        target: str,
+        request: Request,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """The number of hits ``_search`` would report for the same query."""
+        compat.resolve(target, who)
+        body = parse_json(await request.body())
+        return JSONResponse(await within(lambda: compat.count(who, body)))
+
+    @app.get("/{target}/_mapping", tags=es)
+    async def es_mapping(
+        target: str,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """The served generation's mapping, under the alias's name."""
+        compat.resolve(target, who)
+        return JSONResponse(await within(compat.mapping))
+
+    @app.api_route("/{target}/_field_caps", methods=["GET", "POST"], tags=es)
+    async def es_field_caps(
+        target: str,
+        request: Request,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """Fields, their types and whether they filter and aggregate."""
+        compat.resolve(target, who)
+        fields = request.query_params.get("fields")
+        body = parse_json(await request.body()) or {}
+        if fields is None and isinstance(body.get("fields"), list):
+            fields = ",".join(body["fields"])
+        return JSONResponse(await within(lambda: compat.field_caps(fields)))
+
+    if s.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=s.cors_origins,
+            allow_methods=["GET", "HEAD", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=["X-Elastic-Product", "Retry-After"],
+            max_age=600,
+        )
+    app.add_middleware(Origins, allowed=s.cors_origins)
     app.add_middleware(Observe, service=service)  # outermost: sees every answer
     return app
+
+
+# The paths of the Elasticsearch-compatible surface: its answers carry X-Elastic-Product
+# and its errors Elasticsearch's shape.
+ES_PATH = re.compile(r"^/(?:_msearch|[^/]+/(?:_search|_msearch|_count|_mapping|_field_caps))?$")
+_ES_TYPES = {
+    "Unauthorized": "security_exception",
+    "Forbidden": "security_exception",
+    "RateLimited": "es_rejected_execution_exception",
+    "OverloadedError": "es_rejected_execution_exception",
+    "RequestTimeout": "timeout_exception",
+    "LimitError": "illegal_argument_exception",
+    "FilterError": "illegal_argument_exception",
+    "ConfigurationError": "illegal_argument_exception",
+}
+
+
+def es_error(exc: EsRagError, status: int, headers: dict[str, str]) -> JSONResponse:
+    """One of es-rag's errors as Elasticsearch writes its own."""
+    if isinstance(exc, IndexNotFound):
+        body = index_not_found(exc.name)
+    else:
+        name = type(exc).__name__
+        kind = exc.kind if isinstance(exc, DslError) else _ES_TYPES.get(name, _snake(name))
+        body = es_error_body(status, kind, str(exc))
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class Origins:
+    """Browsers name the page's origin; a request from an origin that is neither the
+    service's own nor allowed (ES_RAG_SERVE_CORS_ORIGINS) is refused before its credential
+    is read, so a key pasted into another site's page is never accepted. The Elasticsearch
+    product header goes on the Elasticsearch-compatible answers, which clients check."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = set(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        origin = headers.get(b"origin", b"").decode("latin-1").rstrip("/")
+        if origin and origin not in self.allowed and "*" not in self.allowed:
+            host = headers.get(b"host", b"").decode("latin-1")
+            if origin.split("://", 1)[-1] != host:
+                body = es_error_body(403, "security_exception", f"origin {origin} is not allowed")
+                await JSONResponse(body, status_code=403)(scope, receive, send)
+                return
+        if not ES_PATH.match(scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+
+        async def product(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-elastic-product", b"Elasticsearch")]
+            await send(message)
+
+        await self.app(scope, receive, product)
 
 
 def _enqueue(service: Service, who: Identity, body: m.DocumentsRequest) -> dict[str, Any]:

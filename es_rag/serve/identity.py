@@ -50,10 +50,11 @@ class Identity:
     def caller(self) -> Caller:
         return Caller(tenant=self.tenant, principals=self.principals)
 
-    def require(self, action: str, alias: str) -> None:
+    def require(self, action: str, alias: str | None) -> None:
+        """``alias`` None: the caller checks the alias itself (es_rag.serve.es_api)."""
         if action not in ALLOWED.get(self.role, set()):
             raise Forbidden(f"a {self.role} credential may not {action}")
-        if self.aliases and alias not in self.aliases:
+        if alias is not None and self.aliases and alias not in self.aliases:
             raise Forbidden(f"this credential may not use {alias!r}")
 
 

@@ -1,0 +1,415 @@
+"""The Elasticsearch-compatible surface of ``es-rag serve``, through real clients.
+
+One service per engine over a small handbook: three departments (a facet), Markdown
+headings (title paths), one document only alice may read (``finance/merger.md``, the word
+``bluebird``), and another tenant's document with the same vocabulary. Every client (the
+official Python client 9.x here and 8.x in its own virtualenv, the JavaScript clients 8.x
+and 9.x, Elastic's Search UI headless and as a page in Chromium) must see es-rag's hybrid
+hits and facets under its key's ACL: the restricted document is in alice's hits and facet
+counts and absent from bob's, and the other tenant never appears.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from elasticsearch import ApiError, Elasticsearch, NotFoundError
+
+from es_rag.acl import make_acl
+from es_rag.analysis import TextAnalyzer
+from es_rag.config import Settings
+from es_rag.embedding import SentenceTransformerEmbedder
+from es_rag.engine.client import Engine
+from es_rag.pipeline import Ingestor
+from es_rag.serve.keys import KeyStore
+from es_rag.types import Document
+from tests.conftest import ROOT, unique_index
+from tests.integration.conftest import drop_alias
+from tests.integration.test_serve import Served, _base_env
+
+pytestmark = pytest.mark.integration
+
+DEMO = ROOT / "scripts" / "search-ui-demo"
+ARTIFACTS = ROOT / "results" / "es-surface"
+ORIGIN = "http://127.0.0.1:{port}"
+
+# (tenant, doc_id, department, ACL, Markdown)
+HANDBOOK: list[tuple[str, str, str, dict[str, Any], str]] = [
+    (
+        "acme",
+        "hr/holidays.md",
+        "hr",
+        {"public": True},
+        "# Staff handbook\n\n## Holidays\n\nEvery employee gets twenty-five days of paid "
+        "holiday a year. Unused holiday days carry over until March.\n",
+    ),
+    (
+        "acme",
+        "hr/sick-leave.md",
+        "hr",
+        {"public": True},
+        "# Staff handbook\n\n## Sick leave\n\nTell your manager before ten in the morning "
+        "when you are ill. A doctor's note is needed after three days of sick leave.\n",
+    ),
+    (
+        "acme",
+        "finance/expenses.md",
+        "finance",
+        {"public": True},
+        "# Finance guide\n\n## Expenses\n\nTravel expenses are refunded within five working "
+        "days when the receipt is attached to the expense claim.\n",
+    ),
+    (
+        "acme",
+        "finance/merger.md",
+        "finance",
+        {"allow": ["user:alice"]},
+        "# Finance guide\n\n## Merger\n\nThe merger with Initech is code-named bluebird; the "
+        "expense budget for the merger is frozen until the deal closes.\n",
+    ),
+    (
+        "acme",
+        "eng/vpn.md",
+        "eng",
+        {"public": True},
+        "# Engineering notes\n\n## VPN\n\nConnect to the VPN before opening the build "
+        "servers. The VPN client asks for a hardware token every morning.\n",
+    ),
+    (
+        "acme",
+        "eng/oncall.md",
+        "eng",
+        {"public": True},
+        "# Engineering notes\n\n## On call\n\nThe on-call engineer answers pages within "
+        "fifteen minutes and writes an incident report for every outage.\n",
+    ),
+    (
+        "globex",
+        "finance/merger.md",
+        "finance",
+        {"public": True},
+        "# Globex finance\n\n## Merger\n\nGlobex expense claims and the bluebird merger "
+        "budget are handled by the Globex finance team.\n",
+    ),
+]
+
+
+@dataclass
+class Surface:
+    served: Served
+    settings: Settings
+    alias: str
+    keys: dict[str, str]  # name -> encoded key (what clients take as api_key)
+    origin: str
+
+    def client(self, who: str) -> Elasticsearch:
+        return Elasticsearch(self.served.url, api_key=self.keys[who], request_timeout=60)
+
+    def post(self, who: str | None, path: str, body: Any, **headers: str) -> httpx.Response:
+        if who is not None:
+            headers["Authorization"] = f"ApiKey {self.keys[who]}"
+        return self.served.http.post(path, json=body, headers=headers)
+
+
+def _ingest(settings: Settings, engine: Engine, embedder: Any, analyzer: Any) -> None:
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    for tenant, doc_id, dept, acl, text in HANDBOOK:
+        doc = Document(
+            doc_id=doc_id,
+            text=text,
+            acl=make_acl(tenant, **acl),
+            mime_type="text/markdown",
+            source_uri=f"file:///handbook/{doc_id}",
+            metadata={"department": dept},
+        )
+        ingestor.ingest(doc, refresh=True)
+
+
+@pytest.fixture(scope="module")
+def surface(
+    es_url: str,
+    engine_name: str,
+    redis_url: str,
+    minilm_path: str,
+    engine: Engine,
+    embedder: SentenceTransformerEmbedder,
+    analyzer: TextAnalyzer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Surface]:
+    tmp = tmp_path_factory.mktemp("es-surface")
+    alias = unique_index("surface")
+    env = _base_env(es_url, engine_name, redis_url, minilm_path, alias)
+    settings = Settings(
+        es_url=es_url,
+        engine=engine_name,  # type: ignore[arg-type]
+        index=alias,
+        embedding_model=minilm_path,
+        chunk_size=120,
+        chunk_overlap=20,
+    )
+    _ingest(settings, engine, embedder, analyzer)
+    store = KeyStore(engine, f"{alias}-keys", cache_seconds=0)
+    specs: dict[str, dict[str, Any]] = {
+        "alice": {"tenant": "acme", "principals": ["user:alice"]},
+        "bob": {"tenant": "acme", "principals": ["user:bob"]},
+        "carol": {"tenant": "globex", "principals": ["user:carol"]},
+        "elsewhere": {"tenant": "acme", "principals": ["user:alice"], "aliases": ["other"]},
+        "ingest": {"tenant": "acme", "principals": [], "role": "ingest"},
+    }
+    keys = {name: store.create(name=name, **spec).encoded for name, spec in specs.items()}
+    origin = ORIGIN.format(port=48123)
+    env.update(
+        {
+            "ES_RAG_KEYS_CACHE_SECONDS": "1",
+            "ES_RAG_SERVE_RATE_LIMIT": "1000",
+            "ES_RAG_SERVE_CORS_ORIGINS": f"{origin},http://localhost:48123",
+            "ES_RAG_QUEUE": f"surface-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    served = Served(env, tmp / "serve.log")
+    try:
+        yield Surface(served, settings, alias, keys, origin)
+    finally:
+        served.stop()
+        drop_alias(engine, alias)
+        for name in (f"{alias}-keys", f"{alias}-status"):
+            engine.delete_index(name)
+
+
+def doc_ids(hits: list[dict[str, Any]]) -> list[str]:
+    return [h["_source"]["doc_id"] for h in hits]
+
+
+def buckets(agg: dict[str, Any]) -> dict[str, int]:
+    return {b["key"]: b["doc_count"] for b in agg["buckets"]}
+
+
+SEARCH_UI_LIKE = {
+    "query": {
+        "bool": {
+            "must": [
+                {
+                    "bool": {
+                        "should": [
+                            {
+                                "multi_match": {
+                                    "query": "merger expense budget",
+                                    "fields": ["title^3", "content"],
+                                    "type": "best_fields",
+                                    "operator": "and",
+                                }
+                            },
+                            {
+                                "multi_match": {
+                                    "query": "merger expense budget",
+                                    "fields": ["title^3", "content"],
+                                    "type": "cross_fields",
+                                }
+                            },
+                            {
+                                "multi_match": {
+                                    "query": "merger expense budget",
+                                    "fields": ["title^3", "content"],
+                                    "type": "phrase_prefix",
+                                }
+                            },
+                        ]
+                    }
+                }
+            ]
+        }
+    },
+    "aggs": {"department": {"terms": {"field": "metadata.department", "size": 10}}},
+    "highlight": {"fields": {"content": {}}},
+    "size": 10,
+}
+
+
+# --- the Python client 9.x -----------------------------------------------------------------
+def test_python_client_search_facets_and_acl(surface: Surface) -> None:
+    alice, bob, carol = (surface.client(w) for w in ("alice", "bob", "carol"))
+    info = alice.info()
+    assert info["version"]["number"].startswith("9.")
+
+    seen = alice.search(index=surface.alias, body=SEARCH_UI_LIKE)
+    ids = doc_ids(seen["hits"]["hits"])
+    assert "finance/merger.md" in ids[:2], ids
+    assert all(h["_index"] == surface.alias for h in seen["hits"]["hits"])
+    assert all("embedding" not in h["_source"] for h in seen["hits"]["hits"])
+    assert seen["hits"]["total"]["value"] == len(ids) <= 10
+    assert seen["hits"]["max_score"] == seen["hits"]["hits"][0]["_score"]
+    first = seen["hits"]["hits"][0]
+    assert first["_source"]["title_path"], first
+    assert any(
+        "<em>" in frag
+        for h in seen["hits"]["hits"]
+        for frag in h.get("highlight", {}).get("content", [])
+    )
+    alice_facet = buckets(seen["aggregations"]["department"])
+
+    hidden = bob.search(index=surface.alias, body=SEARCH_UI_LIKE)
+    bob_ids = doc_ids(hidden["hits"]["hits"])
+    assert "finance/merger.md" not in bob_ids and bob_ids
+    bob_facet = buckets(hidden["aggregations"]["department"])
+    # the facet counts the hits it can read: alice's finance count holds the merger's chunk
+    assert alice_facet["finance"] == bob_facet["finance"] + ids.count("finance/merger.md")
+    for h in hidden["hits"]["hits"]:
+        assert "bluebird" not in json.dumps(h).lower()
+
+    other = carol.search(index=surface.alias, body=SEARCH_UI_LIKE)
+    assert set(doc_ids(other["hits"]["hits"])) == {"finance/merger.md"}
+    assert {h["_source"]["tenant_id"] for h in other["hits"]["hits"]} == {"globex"}
+
+    # count says what search's total says; a browse counts rows natively
+    assert alice.count(index=surface.alias, query=SEARCH_UI_LIKE["query"])["count"] == len(ids)
+    browse_alice = alice.count(index=surface.alias)["count"]
+    browse_bob = bob.count(index=surface.alias)["count"]
+    assert browse_alice == browse_bob + 1  # the merger is one chunk
+
+
+def test_python_client_msearch_mapping_field_caps(surface: Surface) -> None:
+    bob = surface.client("bob")
+    out = bob.msearch(
+        index=surface.alias,
+        searches=[
+            {},
+            {"query": {"match": {"content": "holiday days"}}, "size": 3},
+            {"index": surface.alias},
+            {
+                "query": {"match_all": {}},
+                "size": 0,
+                "aggs": {"n": {"cardinality": {"field": "doc_id"}}},
+            },
+            {"index": "not-there"},
+            {"query": {"match_all": {}}},
+            {},
+            {"query": {"function_score": {"query": {"match_all": {}}}}},
+        ],
+    )
+    first, second, missing, refused = out["responses"]
+    assert first["status"] == 200 and doc_ids(first["hits"]["hits"])[0] == "hr/holidays.md"
+    assert second["aggregations"]["n"]["value"] == 5  # acme's public documents
+    assert missing["status"] == 404 and missing["error"]["type"] == "index_not_found_exception"
+    assert refused["status"] == 400 and "function_score" in refused["error"]["reason"]
+
+    mapping = bob.indices.get_mapping(index=surface.alias)
+    assert list(mapping) == [surface.alias]
+    props = mapping[surface.alias]["mappings"]["properties"]
+    assert {"content", "title_path", "metadata", "updated_at"} <= set(props)
+    caps = bob.field_caps(index=surface.alias, fields="title*,page_start")
+    assert set(caps["fields"]) >= {"title", "title.keyword", "title_path", "page_start"}
+    assert caps["fields"]["page_start"]["integer"]["aggregatable"] is True
+    assert caps["fields"]["title"]["text"]["aggregatable"] is False
+
+
+def test_filters_paging_sort_and_explain(surface: Surface) -> None:
+    alice = surface.client("alice")
+    text = {"multi_match": {"query": "expense budget refunds", "fields": ["content"]}}
+    only_finance = alice.search(
+        index=surface.alias,
+        query={"bool": {"must": [text], "filter": [{"term": {"metadata.department": "finance"}}]}},
+        size=10,
+        explain=True,
+    )
+    hits = only_finance["hits"]["hits"]
+    assert {h["_source"]["metadata"]["department"] for h in hits} == {"finance"}
+    assert hits[0]["_explanation"]["details"], hits[0]
+    assert hits[0]["_explanation"]["value"] == hits[0]["_score"]
+
+    not_eng = alice.search(
+        index=surface.alias,
+        query={"bool": {"must": [text], "must_not": [{"terms": {"metadata.department": ["eng"]}}]}},
+    )
+    assert "eng" not in {h["_source"]["metadata"]["department"] for h in not_eng["hits"]["hits"]}
+
+    # post_filter narrows the hits, not the facet
+    posted = alice.search(
+        index=surface.alias,
+        query=text,
+        post_filter={"term": {"metadata.department": "hr"}},
+        aggs={"d": {"terms": {"field": "metadata.department"}}},
+    )
+    assert {h["_source"]["metadata"]["department"] for h in posted["hits"]["hits"]} <= {"hr"}
+    assert len(buckets(posted["aggregations"]["d"])) > 1
+
+    # paging through the fused list, and a field sort over it
+    everything = alice.search(index=surface.alias, query=text, size=20)["hits"]["hits"]
+    page2 = alice.search(index=surface.alias, query=text, from_=2, size=2)["hits"]["hits"]
+    assert [h["_id"] for h in page2] == [h["_id"] for h in everything[2:4]]
+    by_doc = alice.search(index=surface.alias, query=text, sort=[{"doc_id": "asc"}], size=20)
+    sorted_ids = doc_ids(by_doc["hits"]["hits"])
+    assert sorted_ids == sorted(sorted_ids) and set(sorted_ids) == set(doc_ids(everything))
+    with pytest.raises(ApiError) as deep:
+        alice.search(index=surface.alias, query=text, from_=45, size=10)
+    assert deep.value.meta.status == 400 and "from + size" in str(deep.value.body)
+
+    # a browse: no text, newest first, natively paged
+    browse = alice.search(index=surface.alias, query={"match_all": {}}, size=3, _source=["doc_id"])
+    assert browse["hits"]["total"]["value"] == 6
+    assert all(set(h["_source"]) == {"doc_id"} for h in browse["hits"]["hits"])
+
+
+def test_errors_answer_like_elasticsearch(surface: Surface) -> None:
+    alice = surface.client("alice")
+    for index in ("not-there", f"{surface.alias}-1", "other*", f"{surface.alias},not-there"):
+        with pytest.raises(NotFoundError) as err:
+            alice.search(index=index, query={"match_all": {}})
+        assert err.value.body["error"]["type"] == "index_not_found_exception", index
+    # a wildcard that resolves to the alias is that alias
+    assert alice.search(index=surface.alias[:6] + "*", query={"match_all": {}}, size=1)["hits"]
+    # a key for other aliases does not learn that this one exists
+    with pytest.raises(NotFoundError):
+        surface.client("elsewhere").search(index=surface.alias, query={"match_all": {}})
+    refused = {
+        "knn": {"knn": {"field": "embedding", "query_vector": [0.1] * 384, "k": 3}},
+        "script": {"query": {"script": {"script": "true"}}},
+        "suggest": {"suggest": {"s": {"text": "merger", "term": {"field": "content"}}}},
+        "collapse": {"collapse": {"field": "doc_id"}},
+        "runtime_mappings": {"runtime_mappings": {"x": {"type": "keyword"}}},
+        "global": {"aggs": {"all": {"global": {}, "aggs": {"d": {"terms": {"field": "doc_id"}}}}}},
+        "tenant_id": {"query": {"term": {"tenant_id": "globex"}}},
+        "bogus": {"bogus": 1},
+        "rescore": {"rescore": {"window_size": 5}},
+    }
+    for name, body in refused.items():
+        response = surface.post("alice", f"/{surface.alias}/_search", body)
+        assert response.status_code == 400, (name, response.text)
+        assert response.headers["x-elastic-product"] == "Elasticsearch"
+        error = response.json()["error"]
+        assert name in error["reason"] and error["root_cause"][0]["type"] == error["type"]
+    unauthenticated = surface.post(None, f"/{surface.alias}/_search", {})
+    assert unauthenticated.status_code == 401
+    assert unauthenticated.json()["error"]["type"] == "security_exception"
+    assert surface.post("ingest", f"/{surface.alias}/_search", {}).status_code == 403
+
+
+def test_cors(surface: Surface) -> None:
+    http = surface.served.http
+    path = f"/{surface.alias}/_search"
+    preflight = {
+        "Origin": surface.origin,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
+    ok = http.options(path, headers=preflight)
+    assert ok.status_code == 200, ok.text
+    assert ok.headers["access-control-allow-origin"] == surface.origin
+    assert "authorization" in ok.headers["access-control-allow-headers"].lower()
+    evil = {**preflight, "Origin": "https://evil.example"}
+    refused = http.options(path, headers=evil)
+    assert refused.status_code == 403
+    assert "access-control-allow-origin" not in refused.headers
+    # a credential is never accepted from a disallowed origin, even without a preflight
+    posted = surface.post(
+        "alice", path, {"query": {"match_all": {}}}, Origin="https://evil.example"
+    )
+    assert posted.status_code == 403 and "evil.example" in posted.text
+    allowed = surface.post("alice", path, {"size": 1}, Origin=surface.origin)
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == surface.origin
