@@ -32,6 +32,8 @@ for lang in chi_sim chi_tra; do
         optional+=("tesseract-ocr-${lang/_/-}")
 done
 fc-list 2>/dev/null | grep -qi "wqy\|noto.*cjk" || optional+=(fonts-wqy-microhei)
+# The Search UI page of the Elasticsearch-compatible surface is tested in headless Chromium.
+command -v chromium >/dev/null || optional+=(chromium)
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     missing+=("${optional[@]}")
 elif ((${#optional[@]})); then
@@ -92,6 +94,28 @@ if ! "$VENV/bin/python" -c 'import en_core_web_sm' 2>/dev/null; then
     rm -rf "$out"
     "$VENV/bin/python" -c 'import spacy; spacy.load("en_core_web_sm")' ||
         { log "en_core_web_sm does not load"; exit 1; }
+fi
+
+# ---------------------------------------------------------------- client tests
+# The Elasticsearch-compatible surface is tested with the official Python client 8.x in a
+# virtualenv of its own (the main one holds 9.x), and with the JavaScript clients and
+# Search UI from scripts/search-ui-demo (npm ci, when Node is here).
+CLIENT8=$(dirname "$VENV")/es-client-8
+if [[ ! -x $CLIENT8/bin/python ]] || ! "$CLIENT8/bin/python" -c 'import elasticsearch' 2>/dev/null; then
+    log "creating $CLIENT8 (elasticsearch 8.x, for the client tests)"
+    "$PYTHON" -m venv "$CLIENT8"
+    "$CLIENT8/bin/pip" install -q "elasticsearch>=8.19,<9" >&2
+fi
+DEMO=$ROOT/scripts/search-ui-demo
+if command -v npm >/dev/null && [[ -f $DEMO/package-lock.json ]]; then
+    lock=$(sha256sum "$DEMO/package-lock.json" | cut -d' ' -f1)
+    if [[ ! -f $DEMO/node_modules/.es-rag-lock || $(cat "$DEMO/node_modules/.es-rag-lock") != "$lock" ]]; then
+        log "installing the Search UI demo and the JavaScript clients (npm ci)"
+        (cd "$DEMO" && npm ci --no-audit --no-fund --loglevel=error >&2)
+        echo "$lock" >"$DEMO/node_modules/.es-rag-lock"
+    fi
+else
+    log "warning: no npm (Node 18+); the JavaScript client and Search UI tests will fail"
 fi
 
 # ---------------------------------------------------------------- search server

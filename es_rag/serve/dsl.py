@@ -149,6 +149,11 @@ class SearchPlan:
     explain: bool = False
     aggs: dict[str, Any] | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as the golden-body fixtures hold it (tests/fixtures/es_bodies)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "from_"}
+        return {"from": self.from_, **out}
+
     @property
     def filters_navigation(self) -> bool:
         """A filter names ``element_types``: the caller asks for navigation rows itself."""

@@ -11,10 +11,15 @@ counts and absent from bob's, and the other tenant never appears.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,8 +32,11 @@ from es_rag.config import Settings
 from es_rag.embedding import SentenceTransformerEmbedder
 from es_rag.engine.client import Engine
 from es_rag.pipeline import Ingestor
+from es_rag.query.filters import field_types
+from es_rag.serve.dsl import parse_search
 from es_rag.serve.keys import KeyStore
 from es_rag.types import Document
+from tests.clients.recorder import Recorder
 from tests.conftest import ROOT, unique_index
 from tests.integration.conftest import drop_alias
 from tests.integration.test_serve import Served, _base_env
@@ -37,6 +45,7 @@ pytestmark = pytest.mark.integration
 
 DEMO = ROOT / "scripts" / "search-ui-demo"
 ARTIFACTS = ROOT / "results" / "es-surface"
+GOLDEN = ROOT / "tests" / "fixtures" / "es_bodies"
 ORIGIN = "http://127.0.0.1:{port}"
 
 # (tenant, doc_id, department, ACL, Markdown)
@@ -107,9 +116,14 @@ class Surface:
     alias: str
     keys: dict[str, str]  # name -> encoded key (what clients take as api_key)
     origin: str
+    recorder: Recorder  # clients call through it: what they sent becomes golden bodies
+
+    @property
+    def url(self) -> str:
+        return self.recorder.url
 
     def client(self, who: str) -> Elasticsearch:
-        return Elasticsearch(self.served.url, api_key=self.keys[who], request_timeout=60)
+        return Elasticsearch(self.url, api_key=self.keys[who], request_timeout=60)
 
     def post(self, who: str | None, path: str, body: Any, **headers: str) -> httpx.Response:
         if who is not None:
@@ -173,9 +187,11 @@ def surface(
         }
     )
     served = Served(env, tmp / "serve.log")
+    recorder = Recorder(served.url)
     try:
-        yield Surface(served, settings, alias, keys, origin)
+        yield Surface(served, settings, alias, keys, origin, recorder)
     finally:
+        recorder.close()
         served.stop()
         drop_alias(engine, alias)
         for name in (f"{alias}-keys", f"{alias}-status"):
@@ -413,3 +429,96 @@ def test_cors(surface: Surface) -> None:
     allowed = surface.post("alice", path, {"size": 1}, Origin=surface.origin)
     assert allowed.status_code == 200
     assert allowed.headers["access-control-allow-origin"] == surface.origin
+
+
+# --- the Python client 8.x, in its own virtualenv ------------------------------------------
+def _client8_python() -> Path:
+    """scripts/setup.sh makes it beside the main virtualenv."""
+    configured = os.environ.get("ES_RAG_TEST_ES8_PYTHON")
+    return Path(configured) if configured else Path(sys.prefix).parent / "es-client-8/bin/python"
+
+
+def test_python_client_8(surface: Surface) -> None:
+    python = _client8_python()
+    assert python.exists(), f"{python} is missing: run scripts/setup.sh"
+    script = ROOT / "tests/clients/python_client.py"
+    question = "merger expense budget"
+    runs = {}
+    for who in ("alice", "bob"):
+        done = subprocess.run(
+            [
+                str(python),
+                str(script),
+                surface.url,
+                surface.keys[who],
+                surface.alias,
+                question,
+                "metadata.department",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[who] = json.loads(done.stdout)
+    alice, bob = runs["alice"], runs["bob"]
+    assert alice["client"].startswith("8.") and alice["info"].startswith("9.")
+    assert "finance/merger.md" in alice["docs"] and "finance/merger.md" not in bob["docs"]
+    assert alice["index"] == [surface.alias]
+    assert alice["facet"]["finance"] > bob["facet"].get("finance", 0)
+    assert alice["count"] == alice["total"]["value"]
+    assert alice["msearch"][0] == alice["ids"][:2]
+    assert {"content", "metadata", "title_path"} <= set(alice["mapping"])
+    assert "title.keyword" in alice["field_caps"]
+    assert alice["missing"] == {"status": 404, "type": "index_not_found_exception"}
+    # the 9.x client, in this process, sees the same hits
+    same = surface.client("alice").search(
+        index=surface.alias,
+        query={"multi_match": {"query": question, "fields": ["title", "content"]}},
+        size=5,
+    )
+    assert [h["_id"] for h in same["hits"]["hits"]] == alice["ids"]
+
+
+# --- the golden bodies ------------------------------------------------------------------------
+def _client_name(user_agent: str | None) -> str:
+    agent = (user_agent or "").lower()
+    for prefix, name in (("elasticsearch-py/", "python"), ("elasticsearch-js/", "js")):
+        if agent.startswith(prefix):
+            return f"{name}-{agent[len(prefix)]}"
+    return "search-ui-browser" if "chrome" in agent else "search-ui-node"
+
+
+def test_golden_bodies_are_what_the_clients_sent(surface: Surface) -> None:
+    """Runs last in the module: every ``_search`` body a client sent above must be a golden
+    body (tests/unit/test_dsl.py checks its plan). ``ES_RAG_RECORD_BODIES=1`` writes them."""
+    types = field_types(
+        json.loads((ROOT / "mappings/elasticsearch-chunks-v1.json").read_text())["mappings"][
+            "properties"
+        ]
+    )
+    known = [json.loads(p.read_text()) for p in GOLDEN.glob("*.json")]
+    sent = surface.recorder.searches()
+    assert sent, "no client sent a _search body through the recorder"
+    missing = []
+    for r in sent:
+        _, _, query = r["path"].partition("?")
+        params = dict(httpx.QueryParams(query))
+        case = {"client": _client_name(r["user_agent"]), "params": params, "request": r["body"]}
+        if not any(k["request"] == r["body"] and k["params"] == params for k in known):
+            missing.append(case)
+    if os.environ.get("ES_RAG_RECORD_BODIES") == "1":
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        for case in missing:
+            digest = hashlib.sha1(json.dumps(case, sort_keys=True).encode()).hexdigest()[:8]
+            case["translated"] = parse_search(case["request"], types, case["params"]).to_dict()
+            name = GOLDEN / f"{case['client']}-{digest}.json"
+            name.write_text(json.dumps(case, indent=2, ensure_ascii=False) + "\n")
+        known += missing
+        missing = []
+    assert not missing, (
+        f"{len(missing)} body(ies) sent by the clients are not golden bodies yet (a client "
+        "changed what it sends?): review them and record with ES_RAG_RECORD_BODIES=1: "
+        + json.dumps(missing)[:3000]
+    )
