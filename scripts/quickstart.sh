@@ -63,6 +63,8 @@ echo "$KEY_JSON"
 KEY=$(printf '%s' "$KEY_JSON" | "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["encoded"])')
 SERVE_LOG=${TMPDIR:-/tmp}/es-rag-quickstart-serve.log
 say "es-rag serve --port $SERVE_PORT &    # log: $SERVE_LOG"
+# The Search UI demo page (scripts/search-ui-demo) calls the service from its own origin.
+export ES_RAG_SERVE_CORS_ORIGINS=${ES_RAG_SERVE_CORS_ORIGINS:-http://127.0.0.1:8081}
 nohup es-rag serve --port "$SERVE_PORT" >"$SERVE_LOG" 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 1 180); do
@@ -82,6 +84,9 @@ Try:   export PATH=$VENV/bin:\$PATH ES_RAG_ES_URL=$ES_RAG_ES_URL ES_RAG_INDEX=$E
        es-rag search "how long do refunds take?" --tenant demo --as user:alice --json
 Serve: es-rag serve is running (pid $SERVE_PID, http://127.0.0.1:$SERVE_PORT, log $SERVE_LOG);
        curl -s http://127.0.0.1:$SERVE_PORT/v1/context -H "Authorization: ApiKey $KEY" -d '{"query": "how long does a refund take?"}'
+       Elasticsearch clients and Search UI: http://127.0.0.1:$SERVE_PORT/$ES_RAG_INDEX/_search (same key)
+Page:  bash scripts/search-ui-demo/run.sh --url http://127.0.0.1:$SERVE_PORT --key $KEY --index $ES_RAG_INDEX
+       (Search UI in your browser at http://127.0.0.1:8081/)
 Stop:  kill $SERVE_PID
        scripts/search-server.sh stop --engine $ENGINE --port ${ES_PORT:-9200} --name $SERVER_NAME
        scripts/redis-server.sh stop --port ${REDIS_PORT:-6379} --name quickstart

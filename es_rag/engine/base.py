@@ -325,6 +325,8 @@ def error_reason(body: Any, fallback: str) -> str:
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         root = (error.get("root_cause") or [error])[0]
+        if not root.get("reason") and isinstance(error.get("caused_by"), dict):
+            root = error["caused_by"]  # OpenSearch leaves root_cause empty at times
         return f"{root.get('type', '')}: {root.get('reason', '')}".strip(": ")
     if isinstance(error, str):
         return error

@@ -648,8 +648,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         compat.resolve(target, who)
         fields = request.query_params.get("fields")
         body = parse_json(await request.body()) or {}
-        if fields is None and isinstance(body.get("fields"), list):
-            fields = ",".join(body["fields"])
+        if fields is None and isinstance(body.get("fields"), list | str):
+            listed = body["fields"]  # the JavaScript client sends {"fields": "*"}
+            fields = listed if isinstance(listed, str) else ",".join(listed)
         return JSONResponse(await within(lambda: compat.field_caps(fields)))
 
     if s.cors_origins:

@@ -166,9 +166,17 @@ class SearchPlan:
 
 
 def parse_search(
-    body: dict[str, Any] | None, types: dict[str, str], params: dict[str, str] | None = None
+    body: dict[str, Any] | None,
+    types: dict[str, str],
+    params: dict[str, str] | None = None,
+    *,
+    metadata_columns: bool = True,
 ) -> SearchPlan:
-    """Read a ``_search`` body (and the URL parameters that shape it)."""
+    """Read a ``_search`` body (and the URL parameters that shape it).
+
+    ``metadata_columns`` False (OpenSearch): metadata keys filter but neither aggregate nor
+    sort, because OpenSearch's ``flat_object`` answers terms aggregations on its keys with
+    no buckets and cardinality with a count over every key."""
     body = dict(body or {})
     params = params or {}
     if not isinstance(body, dict):
@@ -191,14 +199,14 @@ def parse_search(
     if body.get("highlight") is not None:
         plan.highlight = _highlight(body["highlight"])
     if body.get("sort") is not None:
-        plan.sort = _sort(body["sort"], types)
+        plan.sort = _sort(body["sort"], types, metadata_columns)
     plan.track_total_hits = _track(params.get("track_total_hits", body.get("track_total_hits")))
     plan.explain = _bool(params.get("explain", body.get("explain", False)), "explain")
     aggs = body.get("aggs", body.get("aggregations"))
     if "aggs" in body and "aggregations" in body:
         raise DslError("both [aggs] and [aggregations] given", "parsing_exception")
     if aggs is not None:
-        plan.aggs = check_aggs(aggs, types, "aggs")
+        plan.aggs = check_aggs(aggs, types, "aggs", metadata_columns)
     return plan
 
 
@@ -350,7 +358,9 @@ def check_filter(node: Any, types: dict[str, str], path: str) -> dict[str, Any]:
     return node
 
 
-def _filterable(name: Any, types: dict[str, str], where: str) -> str:
+def _filterable(name: Any, types: dict[str, str], where: str, metadata: bool = True) -> str:
+    """The field's kind, if it can filter (and, with ``metadata`` False, whether a metadata
+    key can aggregate or sort: see ``parse_search``)."""
     if not isinstance(name, str) or not name:
         raise DslError(f"a field name is expected (at {where})", "parsing_exception")
     if name == "_id":
@@ -359,6 +369,12 @@ def _filterable(name: Any, types: dict[str, str], where: str) -> str:
         kind = resolve_type(name, types)
     except FilterError as e:
         raise DslError(f"{e} (at {where})") from None
+    if kind == "flattened_key" and not metadata:
+        raise DslError(
+            f"{name} is a metadata key, which OpenSearch's flat_object cannot aggregate or sort "
+            f"on (at {where}); use a keyword field such as mime_type, doc_id or "
+            "title_path.keyword, or Elasticsearch's flattened type"
+        )
     if kind == "flattened":
         raise DslError(
             f"{name} is an object of metadata; name a key such as {name}.<key> (at {where})"
@@ -369,7 +385,9 @@ def _filterable(name: Any, types: dict[str, str], where: str) -> str:
 # ------------------------------------------------------------------------------ aggregations
 
 
-def check_aggs(aggs: Any, types: dict[str, str], path: str) -> dict[str, Any]:
+def check_aggs(
+    aggs: Any, types: dict[str, str], path: str, metadata_columns: bool = True
+) -> dict[str, Any]:
     """Facet aggregations over the rows the caller may read; returned as given."""
     if not isinstance(aggs, dict):
         raise DslError(f"{path} must be an object", "parsing_exception")
@@ -405,7 +423,7 @@ def check_aggs(aggs: Any, types: dict[str, str], path: str) -> dict[str, Any]:
         else:
             if not isinstance(body, dict):
                 raise DslError(f"{where}.{kind} must be an object", "parsing_exception")
-            _filterable(body.get("field"), types, f"{where}.{kind}")
+            _filterable(body.get("field"), types, f"{where}.{kind}", metadata_columns)
             if kind == "terms" and body.get("min_doc_count") == 0:
                 raise DslError(
                     f"{where}: terms with min_doc_count 0 would list values of rows the caller "
@@ -413,7 +431,7 @@ def check_aggs(aggs: Any, types: dict[str, str], path: str) -> dict[str, Any]:
                 )
         for sub in ("aggs", "aggregations"):
             if sub in spec:
-                check_aggs(spec[sub], types, f"{where}.{sub}")
+                check_aggs(spec[sub], types, f"{where}.{sub}", metadata_columns)
     return aggs
 
 
@@ -467,7 +485,7 @@ def _highlight(spec: Any) -> dict[str, Any]:
     return {**spec, "fields": fields}
 
 
-def _sort(value: Any, types: dict[str, str]) -> list[dict[str, Any]]:
+def _sort(value: Any, types: dict[str, str], metadata_columns: bool) -> list[dict[str, Any]]:
     """Normalised to ``[{field: {"order": ...}}]``; ``_score`` alone means relevance."""
     entries = value if isinstance(value, list) else [value]
     out: list[dict[str, Any]] = []
@@ -492,7 +510,7 @@ def _sort(value: Any, types: dict[str, str]) -> list[dict[str, Any]]:
         if options.get("order", "desc" if name == "_score" else "asc") not in ("asc", "desc"):
             raise DslError(f"sort order of [{name}] is asc or desc")
         if name not in ("_score", "_doc"):
-            _filterable(name, types, f"sort.{name}")
+            _filterable(name, types, f"sort.{name}", metadata_columns)
         out.append({name: options})
     if all(next(iter(e)) == "_score" and e["_score"].get("order", "desc") == "desc" for e in out):
         return []  # relevance, the default

@@ -151,7 +151,12 @@ class Compat:
     ) -> dict[str, Any]:
         started = time.perf_counter()
         check_params(params)
-        plan = parse_search(body, self.service.searcher.field_types(), params)
+        plan = parse_search(
+            body,
+            self.service.searcher.field_types(),
+            params,
+            metadata_columns=self.service.engine.flavor != "opensearch",
+        )
         self._check_text(plan)
         out = self._run_text(who, plan, params) if plan.text else self._browse(who, plan)
         out = {"took": int((time.perf_counter() - started) * 1000), **out}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -42,6 +43,9 @@ from tests.integration.conftest import drop_alias
 from tests.integration.test_serve import Served, _base_env
 
 pytestmark = pytest.mark.integration
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import es_surface_canaries as canaries  # noqa: E402
 
 DEMO = ROOT / "scripts" / "search-ui-demo"
 ARTIFACTS = ROOT / "results" / "es-surface"
@@ -109,6 +113,9 @@ HANDBOOK: list[tuple[str, str, str, dict[str, Any], str]] = [
 ]
 
 
+TITLES = {"hr": "Staff handbook", "finance": "Finance guide", "eng": "Engineering notes"}
+
+
 @dataclass
 class Surface:
     served: Served
@@ -117,6 +124,17 @@ class Surface:
     keys: dict[str, str]  # name -> encoded key (what clients take as api_key)
     origin: str
     recorder: Recorder  # clients call through it: what they sent becomes golden bodies
+    engine: str
+
+    @property
+    def facet(self) -> str:
+        """A facet field: a metadata key on Elasticsearch; on OpenSearch, whose flat_object
+        keys cannot aggregate, the documents' titles."""
+        return "metadata.department" if self.engine == "elasticsearch" else "title.keyword"
+
+    @property
+    def finance(self) -> str:
+        return "finance" if self.engine == "elasticsearch" else TITLES["finance"]
 
     @property
     def url(self) -> str:
@@ -140,6 +158,7 @@ def _ingest(settings: Settings, engine: Engine, embedder: Any, analyzer: Any) ->
             acl=make_acl(tenant, **acl),
             mime_type="text/markdown",
             source_uri=f"file:///handbook/{doc_id}",
+            title=TITLES[dept] if tenant == "acme" else "Globex finance",
             metadata={"department": dept},
         )
         ingestor.ingest(doc, refresh=True)
@@ -189,7 +208,7 @@ def surface(
     served = Served(env, tmp / "serve.log")
     recorder = Recorder(served.url)
     try:
-        yield Surface(served, settings, alias, keys, origin, recorder)
+        yield Surface(served, settings, alias, keys, origin, recorder, engine_name)
     finally:
         recorder.close()
         served.stop()
@@ -204,6 +223,10 @@ def doc_ids(hits: list[dict[str, Any]]) -> list[str]:
 
 def buckets(agg: dict[str, Any]) -> dict[str, int]:
     return {b["key"]: b["doc_count"] for b in agg["buckets"]}
+
+
+def search_ui_like(facet: str) -> dict[str, Any]:
+    return {**SEARCH_UI_LIKE, "aggs": {"department": {"terms": {"field": facet, "size": 10}}}}
 
 
 SEARCH_UI_LIKE = {
@@ -253,7 +276,8 @@ def test_python_client_search_facets_and_acl(surface: Surface) -> None:
     info = alice.info()
     assert info["version"]["number"].startswith("9.")
 
-    seen = alice.search(index=surface.alias, body=SEARCH_UI_LIKE)
+    body = search_ui_like(surface.facet)
+    seen = alice.search(index=surface.alias, body=body)
     ids = doc_ids(seen["hits"]["hits"])
     assert "finance/merger.md" in ids[:2], ids
     assert all(h["_index"] == surface.alias for h in seen["hits"]["hits"])
@@ -269,16 +293,17 @@ def test_python_client_search_facets_and_acl(surface: Surface) -> None:
     )
     alice_facet = buckets(seen["aggregations"]["department"])
 
-    hidden = bob.search(index=surface.alias, body=SEARCH_UI_LIKE)
+    hidden = bob.search(index=surface.alias, body=body)
     bob_ids = doc_ids(hidden["hits"]["hits"])
     assert "finance/merger.md" not in bob_ids and bob_ids
     bob_facet = buckets(hidden["aggregations"]["department"])
     # the facet counts the hits it can read: alice's finance count holds the merger's chunk
-    assert alice_facet["finance"] == bob_facet["finance"] + ids.count("finance/merger.md")
+    finance = surface.finance
+    assert alice_facet[finance] == bob_facet[finance] + ids.count("finance/merger.md")
     for h in hidden["hits"]["hits"]:
         assert "bluebird" not in json.dumps(h).lower()
 
-    other = carol.search(index=surface.alias, body=SEARCH_UI_LIKE)
+    other = carol.search(index=surface.alias, body=body)
     assert set(doc_ids(other["hits"]["hits"])) == {"finance/merger.md"}
     assert {h["_source"]["tenant_id"] for h in other["hits"]["hits"]} == {"globex"}
 
@@ -349,7 +374,7 @@ def test_filters_paging_sort_and_explain(surface: Surface) -> None:
         index=surface.alias,
         query=text,
         post_filter={"term": {"metadata.department": "hr"}},
-        aggs={"d": {"terms": {"field": "metadata.department"}}},
+        aggs={"d": {"terms": {"field": surface.facet}}},
     )
     assert {h["_source"]["metadata"]["department"] for h in posted["hits"]["hits"]} <= {"hr"}
     assert len(buckets(posted["aggregations"]["d"])) > 1
@@ -399,6 +424,12 @@ def test_errors_answer_like_elasticsearch(surface: Surface) -> None:
         assert response.headers["x-elastic-product"] == "Elasticsearch"
         error = response.json()["error"]
         assert name in error["reason"] and error["root_cause"][0]["type"] == error["type"]
+    metadata_facet = {"aggs": {"d": {"terms": {"field": "metadata.department"}}}}
+    answer = surface.post("alice", f"/{surface.alias}/_search", metadata_facet)
+    if surface.engine == "opensearch":  # flat_object keys give no buckets: said, not wrong
+        assert answer.status_code == 400 and "flat_object" in answer.text
+    else:
+        assert answer.status_code == 200 and answer.json()["aggregations"]["d"]["buckets"]
     unauthenticated = surface.post(None, f"/{surface.alias}/_search", {})
     assert unauthenticated.status_code == 401
     assert unauthenticated.json()["error"]["type"] == "security_exception"
@@ -453,7 +484,7 @@ def test_python_client_8(surface: Surface) -> None:
                 surface.keys[who],
                 surface.alias,
                 question,
-                "metadata.department",
+                surface.facet,
             ],
             capture_output=True,
             text=True,
@@ -466,7 +497,7 @@ def test_python_client_8(surface: Surface) -> None:
     assert alice["client"].startswith("8.") and alice["info"].startswith("9.")
     assert "finance/merger.md" in alice["docs"] and "finance/merger.md" not in bob["docs"]
     assert alice["index"] == [surface.alias]
-    assert alice["facet"]["finance"] > bob["facet"].get("finance", 0)
+    assert alice["facet"][surface.finance] > bob["facet"].get(surface.finance, 0)
     assert alice["count"] == alice["total"]["value"]
     assert alice["msearch"][0] == alice["ids"][:2]
     assert {"content", "metadata", "title_path"} <= set(alice["mapping"])
@@ -479,6 +510,155 @@ def test_python_client_8(surface: Surface) -> None:
         size=5,
     )
     assert [h["_id"] for h in same["hits"]["hits"]] == alice["ids"]
+
+
+# --- JavaScript: the official clients and Search UI --------------------------------------
+def _node(script: str, *args: str, timeout: float = 180) -> dict[str, Any]:
+    """Run one of scripts/search-ui-demo/test/*.mjs; it prints one JSON object."""
+    node = shutil.which("node")
+    assert node, "Node 18+ is needed for the JavaScript client tests"
+    assert (DEMO / "node_modules").is_dir(), (
+        "run scripts/setup.sh (npm ci in scripts/search-ui-demo)"
+    )
+    done = subprocess.run(
+        [node, f"test/{script}", *args],
+        cwd=DEMO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    out: dict[str, Any] = json.loads(done.stdout)
+    assert out["ok"], out
+    return out
+
+
+@pytest.mark.parametrize("version", ["8", "9"])
+def test_javascript_clients(surface: Surface, version: str) -> None:
+    runs = {}
+    for who in ("alice", "bob"):
+        runs[who] = _node(
+            "clients.mjs",
+            *("--url", surface.url, "--key", surface.keys[who], "--index", surface.alias),
+            *("--query", "merger expense budget", "--facet", surface.facet, "--version", version),
+        )
+    alice, bob = runs["alice"], runs["bob"]
+    assert alice["client"]["version"].startswith(f"{version}.")
+    assert alice["info"]["version"].startswith("9.")
+    assert alice["search"]["indices"] == [surface.alias]
+    alice_paths = [" > ".join(h["title_path"] or []) for h in alice["search"]["hits"]]
+    bob_paths = [" > ".join(h["title_path"] or []) for h in bob["search"]["hits"]]
+    assert any("Merger" in p for p in alice_paths), alice_paths
+    assert not any("Merger" in p for p in bob_paths), bob_paths
+    facet = {b["key"]: b["doc_count"] for b in alice["search"]["buckets"]}
+    bob_facet = {b["key"]: b["doc_count"] for b in bob["search"]["buckets"]}
+    assert facet[surface.finance] > bob_facet.get(surface.finance, 0)
+    assert [r["status"] for r in alice["msearch"]["responses"]] == [200, 200]
+    assert alice["count"]["all"] == bob["count"]["all"] + 1
+    assert alice["mapping"]["keys"] == [surface.alias]
+    assert "title.keyword" in alice["field_caps"]["fields"]
+    assert alice["bad_request"]["statusCode"] == 404
+    assert alice["bad_request"]["type"] == "index_not_found_exception"
+
+
+def test_search_ui_driver(surface: Surface) -> None:
+    runs = {}
+    for who in ("alice", "bob"):
+        runs[who] = _node(
+            "driver.mjs",
+            *("--url", surface.url, "--key", surface.keys[who], "--index", surface.alias),
+            *("--query", "merger expense budget", "--facet", surface.facet),
+        )
+    alice, bob = runs["alice"], runs["bob"]
+    assert alice["totalResults"] == len(alice["results"]) > 0
+    assert all(r["title_path"] for r in alice["results"]), alice["results"]
+    assert any("Merger" in str(r["title_path"]) for r in alice["results"]), alice["results"]
+    assert not any("Merger" in str(r["title_path"]) for r in bob["results"])
+    assert not any("bluebird" in json.dumps(r).lower() for r in bob["results"])
+    counts = {f["value"]: f["count"] for f in alice["facets"][surface.facet]}
+    bob_counts = {f["value"]: f["count"] for f in bob["facets"][surface.facet]}
+    assert counts[surface.finance] == bob_counts[surface.finance] + 1
+    # a facet value selected: Search UI sends it as a post_filter; the hits narrow, the
+    # facet counts stay
+    narrowed = _node(
+        "driver.mjs",
+        *("--url", surface.url, "--key", surface.keys["alice"], "--index", surface.alias),
+        *("--query", "merger expense budget", "--facet", surface.facet),
+        *("--filter", f"{surface.facet}={surface.finance}"),
+    )
+    assert narrowed["results"] and narrowed["totalResults"] == counts[surface.finance]
+    assert {f["value"] for f in narrowed["facets"][surface.facet]} >= {surface.finance}
+
+
+def test_search_ui_page_in_chromium(surface: Surface) -> None:
+    """The demo page, built with esbuild, served from another origin than the service,
+    rendered by headless Chromium: results with their title paths, a facet with counts,
+    and the restricted document visible to alice only."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    port = surface.origin.rsplit(":", 1)[1]
+    pages = {}
+    for who in ("alice", "bob"):
+        shot = ARTIFACTS / f"search-ui-{surface.engine}-{who}.png"
+        pages[who] = _node(
+            "browser.mjs",
+            *("--url", surface.url, "--key", surface.keys[who], "--index", surface.alias),
+            *("--query", "merger expense budget", "--facet", surface.facet),
+            *("--screenshot", str(shot), "--page-port", port, "--timeout", "60"),
+            timeout=240,
+        )
+        assert shot.stat().st_size > 10_000
+        assert not pages[who]["failed_requests"], pages[who]["failed_requests"]
+    alice, bob = pages["alice"], pages["bob"]
+    assert all(r["title_path"] for r in alice["results"]), alice["results"]
+    assert any("Merger" in r["title_path"] for r in alice["results"])
+    assert not any("Merger" in r["title_path"] for r in bob["results"])
+    assert "bluebird" not in json.dumps(bob).lower()
+
+    def facet(page: dict[str, Any]) -> dict[str, int]:
+        (rendered,) = [f for f in page["facets"] if f["field"] == surface.facet]
+        return {v["value"]: int(v["count"]) for v in rendered["values"]}
+
+    assert facet(alice)[surface.finance] == facet(bob)[surface.finance] + 1
+    assert "out of" in alice["paging_info"]
+
+
+# --- the leak count -------------------------------------------------------------------------
+def test_canaries_never_leak_through_the_surface(
+    surface: Surface, engine: Engine, embedder: Any, analyzer: Any
+) -> None:
+    """Two more tenants' canary documents in the same alias, every ACL shape; every probe
+    of every caller through _search, _msearch, _count and aggregations
+    (scripts/es_surface_canaries.py)."""
+    docs = canaries.canaries()
+    settings = surface.settings
+    canaries.ingest(Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer), docs)
+    rows = canaries.row_counts(engine, surface.alias, docs)
+    assert all(rows.values()), rows
+    store = KeyStore(engine, f"{surface.alias}-keys", cache_seconds=0)
+    leaks = canaries.Leaks()
+    http = surface.served.http
+    for tenant, people in canaries.callers():
+        key = store.create(tenant=tenant, principals=[f"user:{p}" for p in people]).encoded
+        headers = {"Authorization": f"ApiKey {key}"}
+
+        def call(method: str, path: str, body: Any, headers: dict[str, str] = headers) -> Any:
+            if isinstance(body, list):
+                raw = "".join(json.dumps(line) + "\n" for line in body)
+                answer = http.request(
+                    method,
+                    path,
+                    content=raw,
+                    headers={**headers, "content-type": "application/x-ndjson"},
+                )
+            else:
+                answer = http.request(method, path, json=body, headers=headers)
+            assert answer.status_code == 200, (path, answer.text)
+            return answer.json()
+
+        canaries.check(call, surface.alias, tenant, people, docs, rows, leaks)
+    assert leaks.probes >= 8 * 17
+    assert leaks.found == []
 
 
 # --- the golden bodies ------------------------------------------------------------------------
