@@ -190,6 +190,10 @@ def parse_search(
     texts: list[str] = []
     if body.get("query") is not None:
         _scoring(body["query"], types, texts, plan.filters, "query")
+    if params.get("q") is not None:  # a URI search: ?q=words, read like a query_string
+        if body.get("query") is not None:
+            raise DslError("both [q] and a query in the body given")
+        texts.append(plain_text(params["q"]))
     plan.text = _join(texts)
     if body.get("post_filter") is not None:
         plan.post_filter = check_filter(body["post_filter"], types, "post_filter")

@@ -30,7 +30,7 @@ from typing import Any
 from es_rag import __version__
 from es_rag.acl import acl_filter, normalize_caller
 from es_rag.engine.index import ChunkIndex
-from es_rag.errors import EsRagError
+from es_rag.errors import ConfigurationError, EsRagError, FilterError
 from es_rag.query import build
 from es_rag.query.guard import check_body
 from es_rag.serve.dsl import DslError, SearchPlan, parse_count, parse_search
@@ -44,6 +44,7 @@ SEARCH_PARAMS = frozenset(
     {
         "rerank",
         "strategy",
+        "q",
         "from",
         "size",
         "track_total_hits",
@@ -201,6 +202,8 @@ class Compat:
                 responses.append(index_not_found(e.name))
             except DslError as e:
                 responses.append(es_error_body(400, e.kind, str(e)))
+            except (FilterError, ConfigurationError) as e:  # e.g. rerank with no reranker
+                responses.append(es_error_body(400, "illegal_argument_exception", str(e)))
         return {"took": int((time.perf_counter() - started) * 1000), "responses": responses}
 
     # --- _mapping, _field_caps -----------------------------------------------------------

@@ -275,6 +275,9 @@ def test_python_client_search_facets_and_acl(surface: Surface) -> None:
     alice, bob, carol = (surface.client(w) for w in ("alice", "bob", "carol"))
     info = alice.info()
     assert info["version"]["number"].startswith("9.")
+    assert alice.ping() and not Elasticsearch(surface.url, request_timeout=10).ping()
+    uri = alice.search(index=surface.alias, q="title:merger AND budget", size=3)
+    assert doc_ids(uri["hits"]["hits"])[0] == "finance/merger.md"
 
     body = search_ui_like(surface.facet)
     seen = alice.search(index=surface.alias, body=body)
@@ -621,6 +624,64 @@ def test_search_ui_page_in_chromium(surface: Surface) -> None:
 
     assert facet(alice)[surface.finance] == facet(bob)[surface.finance] + 1
     assert "out of" in alice["paging_info"]
+
+
+# --- fuzzing: no body may produce a 5xx -----------------------------------------------------
+_WORDS = [
+    "query", "bool", "must", "should", "filter", "must_not", "match", "multi_match",
+    "match_all", "term", "terms", "range", "exists", "ids", "values", "gte", "lt", "field",
+    "fields", "aggs", "filters", "cardinality", "date_histogram", "calendar_interval",
+    "post_filter", "sort", "order", "size", "from", "_source", "highlight", "explain",
+    "track_total_hits", "query_string", "knn", "script", "doc_id", "title", "title.keyword",
+    "content", "metadata.department", "updated_at", "page_start", "tenant_id", "embedding",
+    "merger", "asc", "desc",
+]  # fmt: skip
+
+
+def _dsl() -> Any:
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(
+        st.sampled_from(_WORDS), st.integers(-5, 60), st.booleans(), st.none(),
+        st.text(max_size=12), st.floats(allow_nan=False, allow_infinity=False),
+    )  # fmt: skip
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(st.sampled_from(_WORDS), inner, max_size=3),
+        ),
+        max_leaves=12,
+    )
+
+
+def test_fuzz_search_bodies_no_5xx(surface: Surface) -> None:
+    """Random query DSL (and non-DSL) at _search, _count and _msearch: refused or answered,
+    never a server error."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    seen: dict[int, int] = {}
+    headers = {"Authorization": f"ApiKey {surface.keys['alice']}"}
+    http = surface.served.http
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(body=st.dictionaries(st.sampled_from(_WORDS), _dsl(), max_size=4),
+           route=st.sampled_from(["_search", "_count", "_msearch"]))  # fmt: skip
+    def run(body: dict[str, Any], route: str) -> None:
+        path = f"/{surface.alias}/{route}"
+        if route == "_msearch":
+            raw = json.dumps({}) + "\n" + json.dumps(body) + "\n"
+            answer = http.post(path, content=raw, headers=headers)
+        else:
+            answer = http.post(path, json=body, headers=headers)
+        assert answer.status_code < 500, (route, body, answer.text)
+        assert answer.headers["x-elastic-product"] == "Elasticsearch"
+        seen[answer.status_code] = seen.get(answer.status_code, 0) + 1
+
+    run()
+    assert seen.get(200, 0) >= 5 and seen.get(400, 0) >= 20, seen
 
 
 # --- the leak count -------------------------------------------------------------------------

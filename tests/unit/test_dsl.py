@@ -169,3 +169,22 @@ def test_params_shape_the_plan_and_count_takes_a_query_only() -> None:
     assert parse_count({"query": {"match": {"content": "vpn"}}}, TYPES).text == "vpn"
     with pytest.raises(DslError):
         parse_count({"query": {"match_all": {}}, "size": 3}, TYPES)
+
+
+def test_uri_search_q_is_a_query_string() -> None:
+    assert parse_search(None, TYPES, {"q": "title:vpn -secret"}).text == "vpn"
+    with pytest.raises(DslError):
+        parse_search({"query": {"match_all": {}}}, TYPES, {"q": "vpn"})
+
+
+def test_metadata_keys_are_not_columns_on_opensearch() -> None:
+    facet = {"aggs": {"d": {"terms": {"field": "metadata.department"}}}}
+    types = _types("opensearch")
+    assert parse_search(facet, types).aggs == facet["aggs"]
+    with pytest.raises(DslError, match="flat_object"):
+        parse_search(facet, types, metadata_columns=False)
+    with pytest.raises(DslError, match="flat_object"):
+        parse_search({"sort": ["metadata.department"]}, types, metadata_columns=False)
+    # filters on metadata keys work on both engines
+    flt = {"query": {"bool": {"filter": [{"term": {"metadata.department": "hr"}}]}}}
+    assert parse_search(flt, types, metadata_columns=False).filters
