@@ -172,7 +172,7 @@ def _agg_problems(aggs: Any, path: str) -> Iterator[str]:
                 f"{where}: aggregation {kind!r} is not allowed (it may read rows outside the "
                 "caller's ACL, or is not known to the guard)"
             )
-        elif _mentions(body, "script"):
+        elif mentions(body, "script"):
             yield f"{where}: scripts are not allowed in aggregations"
         elif kind == "terms" and isinstance(body, dict) and body.get("min_doc_count") == 0:
             yield f"{where}: terms with min_doc_count 0 lists values of rows the caller cannot read"
@@ -183,11 +183,12 @@ def _agg_problems(aggs: Any, path: str) -> Iterator[str]:
                 yield from _agg_problems(spec[sub], f"{where}.{sub}")
 
 
-def _mentions(node: Any, key: str) -> bool:
+def mentions(node: Any, key: str) -> bool:
+    """``key`` appears anywhere in ``node`` as an object key."""
     if isinstance(node, dict):
-        return key in node or any(_mentions(v, key) for v in node.values())
+        return key in node or any(mentions(v, key) for v in node.values())
     if isinstance(node, list):
-        return any(_mentions(v, key) for v in node)
+        return any(mentions(v, key) for v in node)
     return False
 
 

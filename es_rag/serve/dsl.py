@@ -32,6 +32,7 @@ from typing import Any
 from es_rag.errors import EsRagError, FilterError
 from es_rag.query.build import SOURCE_EXCLUDES
 from es_rag.query.filters import ACCESS_FIELDS, resolve_type
+from es_rag.query.guard import mentions
 
 TEXT_QUERIES = frozenset(
     {
@@ -413,7 +414,7 @@ def check_aggs(
             )
         if kind not in AGGS:
             raise DslError(f"{where}: es-rag does not support the [{kind}] aggregation")
-        if _mentions(body, "script"):
+        if mentions(body, "script"):
             raise DslError(f"{where}: scripts are not supported")
         if kind == "filter":
             check_filter(body, types, f"{where}.filter")
@@ -574,14 +575,6 @@ def _clauses(value: Any, where: str) -> list[Any]:
     if isinstance(value, list):
         return value
     raise DslError(f"{where} must be a query or a list of queries", "parsing_exception")
-
-
-def _mentions(node: Any, key: str) -> bool:
-    if isinstance(node, dict):
-        return key in node or any(_mentions(v, key) for v in node.values())
-    if isinstance(node, list):
-        return any(_mentions(v, key) for v in node)
-    return False
 
 
 def _mentions_field(node: Any, name: str) -> bool:
