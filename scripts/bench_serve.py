@@ -3,13 +3,15 @@
 
     python scripts/bench_serve.py [--es-url URL] [--docs 400] [--requests 160]
                                   [--concurrency 1,4,16] [--strategies bm25,knn,auto]
+                                  [--workers 1] [--httpx]
 
 Method. The first ``--docs`` Cranfield abstracts (../shared/data/cranfield, or
 ``--cranfield DIR``) are ingested into a fresh index. A real ``es-rag serve`` process is
 started on a loopback port with an API key made for the run. For each strategy and each
 concurrency, in turn, ``--requests`` Cranfield questions are asked in-process by that many
 threads sharing one ``Searcher``, then through the service by that many threads, each with
-its own keep-alive HTTP connection; a warm-up of 16 requests precedes each measurement.
+its own keep-alive HTTP connection (the standard library's; with ``--httpx`` also through
+httpx, as a third side); a warm-up of 16 requests precedes each measurement.
 The query-vector cache is off on both sides (every request embeds its question), so the
 figures are those of questions never seen before. Prints one JSON object per cell
 (p50/p95/p99 in ms, queries/s, errors) and a summary with the targets' ratios: service p50
@@ -23,6 +25,7 @@ scripts/search-server.sh and stops it afterwards.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import socket
@@ -72,8 +75,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) CPU time of the whole machine so far (Linux), in clock ticks."""
+    try:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
 def drive(one: Callable[[str], None], questions: list[str], concurrency: int) -> dict[str, Any]:
-    """Ask every question once with ``concurrency`` threads; latencies and throughput."""
+    """Ask every question once with ``concurrency`` threads; latencies, throughput, and
+    how many of the machine's cores were busy meanwhile (service, search server, model
+    and load generator together: the ceiling on what more concurrency can add)."""
     latencies: list[float] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -96,28 +112,38 @@ def drive(one: Callable[[str], None], questions: list[str], concurrency: int) ->
                     errors.append(f"{type(exc).__name__}: {exc}"[:200])
 
     threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    cpu0 = cpu_jiffies()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    cpu1 = cpu_jiffies()
+    busy = None
+    if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
+        busy = round((cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]) * (os.cpu_count() or 1), 2)
+    qps = len(latencies) / wall
     return {
+        "busy_cores": busy,
+        # CPU time the whole machine spent per answer: what batching can lower
+        "cpu_ms_per_query": round(busy / qps * 1000, 1) if busy and qps else None,
         "p50_ms": round(percentile(latencies, 0.50), 2) if latencies else None,
         "p95_ms": round(percentile(latencies, 0.95), 2) if latencies else None,
         "p99_ms": round(percentile(latencies, 0.99), 2) if latencies else None,
-        "qps": round(len(latencies) / wall, 2),
+        "qps": round(qps, 2),
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
     }
 
 
 class Service:
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, workers: int = 1) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "es_rag.cli", "serve", "--port", str(self.port)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "es_rag.cli", "serve", "--port", str(self.port)],
+            [*command, "--workers", str(workers)],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -169,25 +195,46 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ES_RAG_")}
     env.update({f"ES_RAG_{k.upper()}": str(v) for k, v in common.items()})
     log = Path(tempfile.mkdtemp()) / "serve.log"
-    service = Service(env, log)
+    service = Service(env, log, workers=args.workers)
     searcher = Searcher(settings, client=ingestor.engine)
     caller = make_caller("bench", users=["bench"])
-    auth = {"Authorization": f"ApiKey {key.encoded}"}
+    headers = {"Authorization": f"ApiKey {key.encoded}", "Content-Type": "application/json"}
     local = threading.local()
 
     def over_http(strategy: str) -> Callable[[str], None]:
+        # The standard library's keep-alive connection, one per thread: the load generator
+        # shares the two cores with the service and the search server, so its own cost
+        # per request is kept small (--httpx adds the same cells through httpx).
+        def one(q: str) -> None:
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = http.client.HTTPConnection(
+                    "127.0.0.1", service.port, timeout=60
+                )
+            conn.request("POST", "/v1/search", json.dumps(body(q, strategy)), headers)
+            r = conn.getresponse()
+            payload = r.read()
+            if r.status != 200:
+                raise RuntimeError(f"{r.status}: {payload[:120]!r}")
+
+        return one
+
+    def over_httpx(strategy: str) -> Callable[[str], None]:
         def one(q: str) -> None:
             client = getattr(local, "client", None)
             if client is None:
                 client = local.client = httpx.Client(base_url=service.url, timeout=60)
-            body: dict[str, Any] = {"query": q, "k": 10}
-            if strategy != "auto":
-                body["strategy"] = strategy
-            r = client.post("/v1/search", json=body, headers=auth)
+            r = client.post("/v1/search", json=body(q, strategy), headers=headers)
             if r.status_code != 200:
                 raise RuntimeError(f"{r.status_code}: {r.text[:120]}")
 
         return one
+
+    def body(q: str, strategy: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"query": q, "k": 10}
+        if strategy != "auto":
+            out["strategy"] = strategy
+        return out
 
     def in_process(strategy: str) -> Callable[[str], None]:
         def one(q: str) -> None:
@@ -202,7 +249,10 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
         levels = [int(c) for c in args.concurrency.split(",")]
         for strategy in args.strategies.split(","):
             for c in levels:
-                for side, make in (("in-process", in_process), ("service", over_http)):
+                sides = [("in-process", in_process), ("service", over_http)]
+                if args.httpx:
+                    sides.append(("service-httpx", over_httpx))
+                for side, make in sides:
                     one = make(strategy)
                     drive(one, [f"warm up {i} {questions[i]}" for i in range(16)], c)
                     offset = (len(cells) * 37) % len(questions)
@@ -238,6 +288,9 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
                 cell(strategy, "service", high)["qps"] / lone["qps"], 3
             ),
             "errors": sum(x["errors"] for x in cells if x["strategy"] == strategy),
+            # The most that more concurrency could add if batching saved nothing: the
+            # cores idle at concurrency 1.
+            f"busy_cores_c{low}": lone["busy_cores"],
         }
     return {
         "bench": "serve",
@@ -246,6 +299,7 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
         "ingest_s": round(ingest_s, 1),
         "model": model,
         "requests_per_cell": args.requests,
+        "workers": args.workers,
         "cpus": os.cpu_count(),
         "load_average": load_average(),
         "summary": summary,
@@ -262,6 +316,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=160)
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--strategies", default="bm25,knn,auto")
+    parser.add_argument("--workers", type=int, default=1, help="es-rag serve --workers")
+    parser.add_argument("--httpx", action="store_true", help="also measure through httpx")
     args = parser.parse_args()
     result = with_server(args, lambda url: run(args, url))
     print(json.dumps({k: v for k, v in result.items() if k != "cells"}, indent=2))
