@@ -3,7 +3,7 @@
 
     python scripts/bench_serve.py [--es-url URL] [--docs 400] [--requests 160]
                                   [--concurrency 1,4,16] [--strategies bm25,knn,auto]
-                                  [--workers 1] [--httpx]
+                                  [--workers 1] [--httpx] [--rounds 3]
 
 Method. The first ``--docs`` Cranfield abstracts (../shared/data/cranfield, or
 ``--cranfield DIR``) are ingested into a fresh index. A real ``es-rag serve`` process is
@@ -11,7 +11,9 @@ started on a loopback port with an API key made for the run. For each strategy a
 concurrency, in turn, ``--requests`` Cranfield questions are asked in-process by that many
 threads sharing one ``Searcher``, then through the service by that many threads, each with
 its own keep-alive HTTP connection (the standard library's; with ``--httpx`` also through
-httpx, as a third side); a warm-up of 16 requests precedes each measurement.
+httpx, as a third side); a warm-up of 16 requests precedes each measurement. The cells of
+a strategy are measured ``--rounds`` times, round after round, and the summary takes the
+median of the rounds' ratios.
 The query-vector cache is off on both sides (every request embeds its question), so the
 figures are those of questions never seen before. Prints one JSON object per cell
 (p50/p95/p99 in ms, queries/s, errors) and a summary with the targets' ratios: service p50
@@ -29,6 +31,7 @@ import http.client
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -245,52 +248,85 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
         return one
 
     cells: list[dict[str, Any]] = []
+    levels = [int(c) for c in args.concurrency.split(",")]
     try:
-        levels = [int(c) for c in args.concurrency.split(",")]
         for strategy in args.strategies.split(","):
-            for c in levels:
-                sides = [("in-process", in_process), ("service", over_http)]
-                if args.httpx:
-                    sides.append(("service-httpx", over_httpx))
-                for side, make in sides:
-                    one = make(strategy)
-                    drive(one, [f"warm up {i} {questions[i]}" for i in range(16)], c)
-                    offset = (len(cells) * 37) % len(questions)
-                    asked = [
-                        questions[(offset + i) % len(questions)] + f" {i // len(questions)}"
-                        for i in range(args.requests)
-                    ]
-                    cell = {
-                        "strategy": strategy,
-                        "side": side,
-                        "concurrency": c,
-                        **drive(one, asked, c),
-                    }
-                    cells.append(cell)
-                    print(json.dumps(cell), flush=True)
+            # Rounds: every cell of the strategy once per round, so that the machine's
+            # drift (these machines are noisy) touches both sides and every concurrency
+            # alike; the summary takes the median of the rounds.
+            for round_ in range(args.rounds):
+                for c in levels:
+                    sides = [("in-process", in_process), ("service", over_http)]
+                    if args.httpx:
+                        sides.append(("service-httpx", over_httpx))
+                    for side, make in sides:
+                        one = make(strategy)
+                        drive(one, [f"warm up {i} {questions[i]}" for i in range(16)], c)
+                        offset = (len(cells) * 37) % len(questions)
+                        asked = [
+                            questions[(offset + i) % len(questions)] + f" {i // len(questions)}"
+                            for i in range(args.requests)
+                        ]
+                        cell = {
+                            "strategy": strategy,
+                            "side": side,
+                            "concurrency": c,
+                            "round": round_,
+                            **drive(one, asked, c),
+                        }
+                        cells.append(cell)
+                        print(json.dumps(cell), flush=True)
     finally:
         service.stop()
         store.engine.delete_index(settings.keys_index)
         drop_index(ingestor)
 
-    def cell(strategy: str, side: str, c: int) -> dict[str, Any]:
-        return next(
-            x for x in cells if (x["strategy"], x["side"], x["concurrency"]) == (strategy, side, c)
+    def median(strategy: str, side: str, c: int, key: str) -> float:
+        values = [
+            x[key]
+            for x in cells
+            if (x["strategy"], x["side"], x["concurrency"]) == (strategy, side, c)
+        ]
+        return float(statistics.median(values))
+
+    def per_round(strategy: str, fn: Callable[[int], float]) -> list[float]:
+        return [round(fn(r), 3) for r in range(args.rounds)]
+
+    def at(strategy: str, side: str, c: int, r: int, key: str) -> float:
+        return float(
+            next(
+                x[key]
+                for x in cells
+                if (x["strategy"], x["side"], x["concurrency"], x["round"])
+                == (strategy, side, c, r)
+            )
         )
 
     low, high = min(levels), max(levels)
     summary = {}
     for strategy in args.strategies.split(","):
-        lone, inproc = cell(strategy, "service", low), cell(strategy, "in-process", low)
-        summary[strategy] = {
-            "service_p50_over_in_process_p50_at_c1": round(lone["p50_ms"] / inproc["p50_ms"], 3),
-            f"service_qps_c{high}_over_c{low}": round(
-                cell(strategy, "service", high)["qps"] / lone["qps"], 3
+        p50 = per_round(
+            strategy,
+            lambda r, st=strategy: (
+                at(st, "service", low, r, "p50_ms") / at(st, "in-process", low, r, "p50_ms")
             ),
+        )
+        qps = per_round(
+            strategy,
+            lambda r, st=strategy: (
+                at(st, "service", high, r, "qps") / at(st, "service", low, r, "qps")
+            ),
+        )
+        summary[strategy] = {
+            "service_p50_over_in_process_p50_at_c1": round(statistics.median(p50), 3),
+            f"service_qps_c{high}_over_c{low}": round(statistics.median(qps), 3),
+            "per_round": {"p50_ratio": p50, "qps_ratio": qps},
             "errors": sum(x["errors"] for x in cells if x["strategy"] == strategy),
-            # The most that more concurrency could add if batching saved nothing: the
-            # cores idle at concurrency 1.
-            f"busy_cores_c{low}": lone["busy_cores"],
+            # How much of the machine one request at a time already keeps busy: what is
+            # left for more concurrency to use, besides what batching saves.
+            f"busy_cores_c{low}": median(strategy, "service", low, "busy_cores"),
+            f"cpu_ms_per_query_c{low}": median(strategy, "service", low, "cpu_ms_per_query"),
+            f"cpu_ms_per_query_c{high}": median(strategy, "service", high, "cpu_ms_per_query"),
         }
     return {
         "bench": "serve",
@@ -300,6 +336,7 @@ def run(args: argparse.Namespace, es_url: str) -> dict[str, Any]:
         "model": model,
         "requests_per_cell": args.requests,
         "workers": args.workers,
+        "rounds": args.rounds,
         "cpus": os.cpu_count(),
         "load_average": load_average(),
         "summary": summary,
@@ -318,6 +355,7 @@ def main() -> None:
     parser.add_argument("--strategies", default="bm25,knn,auto")
     parser.add_argument("--workers", type=int, default=1, help="es-rag serve --workers")
     parser.add_argument("--httpx", action="store_true", help="also measure through httpx")
+    parser.add_argument("--rounds", type=int, default=3, help="every cell once per round")
     args = parser.parse_args()
     result = with_server(args, lambda url: run(args, url))
     print(json.dumps({k: v for k, v in result.items() if k != "cells"}, indent=2))
