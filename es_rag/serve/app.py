@@ -13,7 +13,6 @@ saturated. A stack trace never leaves the process.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -381,11 +380,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def within(fn: Callable[[], T]) -> T:
         """Run blocking work in the thread pool, under the request timeout."""
         try:
+            # A deadline on the scope, not a task per request (asyncio.wait_for);
             # abandon_on_cancel: a timed-out search must not hold the answer back until it
             # ends; its thread finishes on its own and its result is dropped.
-            work = anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
-            return await asyncio.wait_for(work, s.serve_request_timeout)
-        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+            with anyio.fail_after(s.serve_request_timeout):
+                return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+        except TimeoutError:
             service.metrics.rejections.labels("timeout").inc()
             raise RequestTimeout(
                 f"the request took longer than {s.serve_request_timeout:g} s"
@@ -638,6 +638,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         compat.resolve(target, who)
         return JSONResponse(await within(compat.mapping))
 
+    @app.api_route("/{target}", methods=["GET", "HEAD"], tags=es)
+    async def es_index(
+        target: str,
+        request: Request,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """The alias as an index (``indices.exists``, ``indices.get``)."""
+        compat.resolve(target, who)
+        if request.method == "HEAD":
+            return Response(status_code=200, media_type="application/json")
+        mapping = await within(compat.mapping)
+        return JSONResponse(
+            {name: {"aliases": {}, **m, "settings": {}} for name, m in mapping.items()}
+        )
+
     @app.api_route("/{target}/_field_caps", methods=["GET", "POST"], tags=es)
     async def es_field_caps(
         target: str,
@@ -669,7 +684,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 # The paths of the Elasticsearch-compatible surface: its answers carry X-Elastic-Product
 # and its errors Elasticsearch's shape.
-ES_PATH = re.compile(r"^/(?:_msearch|[^/]+/(?:_search|_msearch|_count|_mapping|_field_caps))?$")
+ES_PATH = re.compile(
+    r"^/(?:_msearch|(?!(?:healthz|readyz|metrics|docs|redoc|openapi\.json|v1)(?:/|$))"
+    r"[^/]+(?:/(?:_search|_msearch|_count|_mapping|_field_caps))?)?$"
+)
 _ES_TYPES = {
     "Unauthorized": "security_exception",
     "Forbidden": "security_exception",

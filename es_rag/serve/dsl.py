@@ -200,11 +200,17 @@ def parse_search(
         plan.post_filter = check_filter(body["post_filter"], types, "post_filter")
     plan.from_ = _int(params.get("from", body.get("from", 0)), "from", low=0)
     plan.size = _int(params.get("size", body.get("size", 10)), "size", low=0)
-    plan.source = source_spec(body.get("_source", True))
+    plan.source = source_spec(_source_param(params, body.get("_source", True)))
     if body.get("highlight") is not None:
         plan.highlight = _highlight(body["highlight"])
-    if body.get("sort") is not None:
-        plan.sort = _sort(body["sort"], types, metadata_columns)
+    sort = body.get("sort")
+    if params.get("sort"):  # ?sort=field:asc,other
+        sort = [
+            {f: o} if o else f
+            for f, _, o in (entry.partition(":") for entry in params["sort"].split(","))
+        ]
+    if sort is not None:
+        plan.sort = _sort(sort, types, metadata_columns)
     plan.track_total_hits = _track(params.get("track_total_hits", body.get("track_total_hits")))
     plan.explain = _bool(params.get("explain", body.get("explain", False)), "explain")
     aggs = body.get("aggs", body.get("aggregations"))
@@ -465,6 +471,25 @@ def source_spec(value: Any) -> Any:
     if includes:
         spec["includes"] = includes
     return spec
+
+
+def _source_param(params: dict[str, str], body: Any) -> Any:
+    """``?_source=false|a,b``, ``?_source_includes=``, ``?_source_excludes=`` (the Python
+    client's ``source_includes``) win over the body's ``_source``, as in Elasticsearch."""
+    names = ("_source", "_source_includes", "_source_excludes")
+    if not any(n in params for n in names):
+        return body
+    plain = params.get("_source")
+    if plain in ("true", "false"):
+        return plain == "true"
+
+    def listed(name: str) -> list[str]:
+        return [f for f in (params.get(name) or "").split(",") if f]
+
+    return {
+        "includes": listed("_source_includes") or listed("_source"),
+        "excludes": listed("_source_excludes"),
+    }
 
 
 def _highlight(spec: Any) -> dict[str, Any]:

@@ -342,6 +342,11 @@ def test_python_client_msearch_mapping_field_caps(surface: Surface) -> None:
     assert missing["status"] == 404 and missing["error"]["type"] == "index_not_found_exception"
     assert refused["status"] == 400 and "function_score" in refused["error"]["reason"]
 
+    assert bob.indices.exists(index=surface.alias)
+    assert not bob.indices.exists(index="not-there")
+    assert set(bob.indices.get(index=surface.alias)[surface.alias]) >= {"mappings", "settings"}
+    narrow = bob.search(index=surface.alias, q="holiday", source_includes=["doc_id"], size=2)
+    assert [set(h["_source"]) for h in narrow["hits"]["hits"]] == [{"doc_id"}] * 2
     mapping = bob.indices.get_mapping(index=surface.alias)
     assert list(mapping) == [surface.alias]
     props = mapping[surface.alias]["mappings"]["properties"]

@@ -188,3 +188,15 @@ def test_metadata_keys_are_not_columns_on_opensearch() -> None:
     # filters on metadata keys work on both engines
     flt = {"query": {"bool": {"filter": [{"term": {"metadata.department": "hr"}}]}}}
     assert parse_search(flt, types, metadata_columns=False).filters
+
+
+def test_url_parameters_for_source_and_sort() -> None:
+    plan = parse_search({"_source": True}, TYPES, {"_source_includes": "doc_id,title"})
+    assert plan.source["includes"] == ["doc_id", "title"]
+    assert parse_search({}, TYPES, {"_source": "false"}).source is False
+    excluded = parse_search({}, TYPES, {"_source_excludes": "content"}).source
+    assert "content" in excluded["excludes"] and "embedding" in excluded["excludes"]
+    assert parse_search({}, TYPES, {"sort": "updated_at:desc,doc_id"}).sort == [
+        {"updated_at": {"order": "desc"}},
+        {"doc_id": {}},
+    ]
