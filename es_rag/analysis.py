@@ -283,6 +283,19 @@ class TextAnalyzer:
                 out.extend(self._token_terms(match.group("word")))
         return out
 
+    def highlight_words(self, text: str) -> str:
+        """The question's words as written, without stopwords: what highlights mark in the
+        standard-analysed ``content``. Stems would not match there, and stopwords would
+        mark every "a" of a passage. Empty when every word is a stopword."""
+        out: list[str] = []
+        for match in _TOKEN_RE.finditer(_normalise(text)):
+            han = match.group("han")
+            if han is not None:
+                out.append(han)
+            elif match.group("word") not in self._stopwords:
+                out.append(match.group("word"))
+        return " ".join(out)
+
     # -- internals --------------------------------------------------------------------
 
     def _stemmer(self) -> Any:

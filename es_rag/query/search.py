@@ -258,7 +258,11 @@ class Searcher(Parts):
             depth=depth,
             window=max(s.rank_window_size, depth),
             settings=s,
-            highlight=build.highlight(text) if s.highlight else None,
+            highlight=(
+                build.highlight(served.analyzer.highlight_words(text) or text)
+                if s.highlight
+                else None
+            ),
         )
 
     def _filter_clauses(

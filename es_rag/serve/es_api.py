@@ -367,9 +367,11 @@ class Compat:
             body["sort"] = sort
         if plan.highlight is not None:
             fields = list(plan.highlight["fields"])
+            analyzer = self.service.searcher.generation().analyzer
+            words = analyzer.highlight_words(plan.text) or plan.text
             body["highlight"] = {
                 **plan.highlight,
-                "highlight_query": {"multi_match": {"query": plan.text, "fields": fields}},
+                "highlight_query": {"multi_match": {"query": words, "fields": fields}},
             }
         return body
 

@@ -294,3 +294,10 @@ def test_english_text_does_not_load_jieba() -> None:
         "assert 'jieba' not in sys.modules, 'jieba imported for English text'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_highlight_words_keep_the_surface_form_without_stopwords() -> None:
+    a = TextAnalyzer("english")
+    assert a.highlight_words("How long does a refund take?") == "long refund take"
+    assert a.highlight_words("the a of") == ""
+    assert a.highlight_words("北京大学 VPN-token") == "北京大学 vpn-token"
