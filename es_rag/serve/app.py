@@ -653,6 +653,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {name: {"aliases": {}, **m, "settings": {}} for name, m in mapping.items()}
         )
 
+    @app.get("/{target}/_doc/{chunk_id}", tags=es)
+    async def es_get(
+        target: str,
+        chunk_id: str,
+        request: Request,
+        who: Identity = Depends(authenticated("search", alias=False)),  # noqa: B008
+    ) -> Response:
+        """One chunk by id (a result's detail page), under the key's ACL."""
+        compat.resolve(target, who)
+        params = dict(request.query_params)
+        found = await within(lambda: compat.get(who, chunk_id, params))
+        if found is None:
+            missing = {"_index": compat.alias, "_id": chunk_id, "found": False}
+            return JSONResponse(missing, status_code=404)
+        return JSONResponse(found)
+
     @app.api_route("/{target}/_field_caps", methods=["GET", "POST"], tags=es)
     async def es_field_caps(
         target: str,
@@ -686,7 +702,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 # and its errors Elasticsearch's shape.
 ES_PATH = re.compile(
     r"^/(?:_msearch|(?!(?:healthz|readyz|metrics|docs|redoc|openapi\.json|v1)(?:/|$))"
-    r"[^/]+(?:/(?:_search|_msearch|_count|_mapping|_field_caps))?)?$"
+    r"[^/]+(?:/(?:_search|_msearch|_count|_mapping|_field_caps|_doc/[^/]+))?)?$"
 )
 _ES_TYPES = {
     "Unauthorized": "security_exception",

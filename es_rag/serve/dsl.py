@@ -200,7 +200,7 @@ def parse_search(
         plan.post_filter = check_filter(body["post_filter"], types, "post_filter")
     plan.from_ = _int(params.get("from", body.get("from", 0)), "from", low=0)
     plan.size = _int(params.get("size", body.get("size", 10)), "size", low=0)
-    plan.source = source_spec(_source_param(params, body.get("_source", True)))
+    plan.source = source_spec(source_param(params, body.get("_source", True)))
     if body.get("highlight") is not None:
         plan.highlight = _highlight(body["highlight"])
     sort = body.get("sort")
@@ -473,7 +473,7 @@ def source_spec(value: Any) -> Any:
     return spec
 
 
-def _source_param(params: dict[str, str], body: Any) -> Any:
+def source_param(params: dict[str, str], body: Any) -> Any:
     """``?_source=false|a,b``, ``?_source_includes=``, ``?_source_excludes=`` (the Python
     client's ``source_includes``) win over the body's ``_source``, as in Elasticsearch."""
     names = ("_source", "_source_includes", "_source_excludes")
@@ -623,5 +623,6 @@ __all__ = [
     "parse_count",
     "parse_search",
     "plain_text",
+    "source_param",
     "source_spec",
 ]

@@ -33,7 +33,14 @@ from es_rag.engine.index import ChunkIndex
 from es_rag.errors import ConfigurationError, EsRagError, FilterError
 from es_rag.query import build
 from es_rag.query.guard import check_body
-from es_rag.serve.dsl import DslError, SearchPlan, parse_count, parse_search
+from es_rag.serve.dsl import (
+    DslError,
+    SearchPlan,
+    parse_count,
+    parse_search,
+    source_param,
+    source_spec,
+)
 from es_rag.serve.identity import Identity
 from es_rag.types import Hit, SearchResponse
 
@@ -210,6 +217,25 @@ class Compat:
             except (FilterError, ConfigurationError) as e:  # e.g. rerank with no reranker
                 responses.append(es_error_body(400, "illegal_argument_exception", str(e)))
         return {"took": int((time.perf_counter() - started) * 1000), "responses": responses}
+
+    # --- _doc ------------------------------------------------------------------------------
+    def get(self, who: Identity, chunk_id: str, params: dict[str, str]) -> dict[str, Any] | None:
+        """One chunk by id, if the caller may read it; None (404) otherwise, whether it is
+        missing or not theirs, so that a 404 tells nothing."""
+        unknown = sorted(set(params) - {"_source", "_source_includes", "_source_excludes"})
+        if unknown:
+            raise DslError(f"request contains unrecognized parameter(s): {unknown}")
+        acl = self._acl(who)
+        body = {
+            "query": {"bool": {"filter": [acl, {"ids": {"values": [chunk_id]}}]}},
+            "size": 1,
+            "_source": source_spec(source_param(params, True)),
+            "track_total_hits": False,
+        }
+        hits = self._send(body, acl)["hits"]["hits"]
+        if not hits:
+            return None
+        return {"_index": self.alias, "_id": chunk_id, "found": True, "_source": hits[0]["_source"]}
 
     # --- _mapping, _field_caps -----------------------------------------------------------
     def mapping(self) -> dict[str, Any]:

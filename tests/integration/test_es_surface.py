@@ -306,6 +306,16 @@ def test_python_client_search_facets_and_acl(surface: Surface) -> None:
     for h in hidden["hits"]["hits"]:
         assert "bluebird" not in json.dumps(h).lower()
 
+    # a result's detail page: the chunk by id, for a key that may read it; 404 otherwise
+    merger = next(
+        h["_id"] for h in seen["hits"]["hits"] if h["_source"]["doc_id"] == "finance/merger.md"
+    )
+    got = alice.get(index=surface.alias, id=merger, source_includes=["doc_id"])
+    assert got["found"] and got["_source"] == {"doc_id": "finance/merger.md"}
+    for reader in (bob, carol):
+        with pytest.raises(NotFoundError) as missing:
+            reader.get(index=surface.alias, id=merger)
+        assert missing.value.body == {"_index": surface.alias, "_id": merger, "found": False}
     other = carol.search(index=surface.alias, body=body)
     assert set(doc_ids(other["hits"]["hits"])) == {"finance/merger.md"}
     assert {h["_source"]["tenant_id"] for h in other["hits"]["hits"]} == {"globex"}
