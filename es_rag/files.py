@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
@@ -49,8 +50,11 @@ def load_document(
     Raises an ``InputError`` subclass naming the file and the reason (unsupported type,
     encrypted, corrupt, empty or needing OCR, too large, a parse limit hit).
     """
+    before = path.stat()
     parsed = parser.parse(path)
     stat = path.stat()
+    # A file rewritten during its parse gets no stamp: the next ingest parses it again.
+    stamp = file_stamp(path, stat) if _same_version(before, stat) else None
     return Document(
         doc_id=doc_id or str(path),
         text=parsed.text,
@@ -61,4 +65,40 @@ def load_document(
         mime_type=parsed.mime,
         metadata=dict(metadata or {}),
         updated_at=datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(),
+        source_stamp=stamp,
     )
+
+
+def file_stamp(path: Path, stat: os.stat_result) -> str:
+    """``size:mtime_ns:sha256`` of a file: what a re-ingest compares before parsing."""
+    return f"{stat.st_size}:{stat.st_mtime_ns}:{_sha256(path)}"
+
+
+def same_file(stored: str, path: Path, stat: os.stat_result) -> bool:
+    """Whether ``path`` still holds the bytes ``stored`` (a ``file_stamp``) describes.
+
+    Size and modification time decide when they can: a new size is a new file, the same
+    time is the same file. A new time with the same size (a checkout, a copy, a touch)
+    is settled by hashing the bytes, which costs a read, not a parse.
+    """
+    size, mtime, digest = [*stored.split(":"), "", ""][:3]
+    if size != str(stat.st_size):
+        return False
+    if mtime == str(stat.st_mtime_ns):
+        return True
+    try:
+        return digest == _sha256(path)
+    except OSError:
+        return False
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:32]
+
+
+def _same_version(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns)

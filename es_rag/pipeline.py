@@ -26,7 +26,15 @@ from es_rag.chunking import (
 )
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
-from es_rag.engine.index import WRITE_KEYS, ChunkIndex, DocState, bulk_error, doc_query
+from es_rag.engine.index import (
+    STATE_BATCH,
+    WRITE_KEYS,
+    ChunkIndex,
+    DocState,
+    add_later_fields,
+    bulk_error,
+    doc_query,
+)
 from es_rag.engine.mapping import ID_VERSION, IndexContract
 from es_rag.engine.status import StatusIndex
 from es_rag.errors import (
@@ -40,7 +48,7 @@ from es_rag.errors import (
     InputError,
     TransientError,
 )
-from es_rag.files import expand_paths, load_document
+from es_rag.files import expand_paths, load_document, same_file
 from es_rag.generations import Generation, Generations
 from es_rag.parsing import Parser, parser_version
 from es_rag.parts import Parts
@@ -48,6 +56,7 @@ from es_rag.rows import (
     Retarget,
     RowMaker,
     access_actions,
+    access_hash,
     acl_hash,
     chunk_id,
     embedding_text,
@@ -173,17 +182,24 @@ class Ingestor(Parts):
                     f"{own.index} (mirrored behind {self.settings.index!r}) does not match "
                     "the configuration: " + ("; ".join(diffs) or "it has no es-rag _meta")
                 )
+            self._add_later_fields()
             self._dims = contract.dims
             self._ready = True
             return layout.primary.index, False
         name, created = self.index.ensure(self.engine.index_body(self.settings, contract), contract)
         if created:
             self.generations.forget()
+        else:
+            self._add_later_fields()
         # ensure() checked that the index's dims equal the contract's; a remote embedding
         # server that later changes model is still caught per batch against this number.
         self._dims = contract.dims
         self._ready = True
         return name, created
+
+    def _add_later_fields(self) -> None:
+        for gen in self.generations.layout(fresh=True).targets():
+            add_later_fields(self.engine, gen.index)
 
     # --- one document ----------------------------------------------------------------------
     def ingest(self, doc: Document, *, refresh: bool = False) -> IngestResult:
@@ -216,6 +232,7 @@ class Ingestor(Parts):
         targets = self._targets()
         keys = [(self._tenant(doc), doc.doc_id) for doc in docs]
         last = {key: i for i, key in enumerate(keys)}
+        candidates: list[_Plan] = []
         for i, doc in enumerate(docs):
             try:
                 plan = self._plan(i, doc)
@@ -232,12 +249,24 @@ class Ingestor(Parts):
                 out[i] = plan.result("skipped", reason="stale-version")
                 out[i].error = f"version {plan.fence} is older than {newest}, already accepted"  # type: ignore[union-attr]
                 continue
-            states = [t.index.doc_state(tenant, doc_id) for t in targets]
+            candidates.append(plan)
+
+        known = self._states(targets, [(p.doc.acl.tenant_id, p.doc.doc_id) for p in candidates])
+        for plan in candidates:
+            i, tenant, doc_id = plan.position, plan.doc.acl.tenant_id, plan.doc.doc_id
+            states = known[(tenant, doc_id)]
             if all(
                 st.is_complete(doc_hash=plan.doc_hash, embedding_version=t.version)
                 for t, st in zip(targets, states, strict=True)
             ):
+                # Nothing to chunk, embed or write: the counts are the index's.
+                plan.counts = (states[0].children, states[0].count - states[0].children)
                 out[i] = plan.result("skipped", reason="unchanged")
+                continue
+            try:
+                self._chunk(plan)
+            except EsRagError as exc:
+                out[i] = exc
                 continue
             if all(
                 st.same_content(content_hash=plan.doc_hash[:32], embedding_version=t.version)
@@ -267,6 +296,21 @@ class Ingestor(Parts):
         if refresh:
             self.index.refresh()
         return [o for o in out if o is not None]
+
+    def _states(
+        self, targets: list[_Target], docs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[DocState]]:
+        """Each (tenant, doc id)'s state in every target: one request per tenant and
+        target for the whole batch (es_rag.engine.index.ChunkIndex.doc_states)."""
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, doc_id in docs:
+            by_tenant.setdefault(tenant, []).append(doc_id)
+        out: dict[tuple[str, str], list[DocState]] = {key: [] for key in docs}
+        for target in targets:
+            for tenant, ids in by_tenant.items():
+                for doc_id, state in target.index.doc_states(tenant, ids).items():
+                    out[(tenant, doc_id)].append(state)
+        return out
 
     def _targets(self) -> list[_Target]:
         """Where this batch writes: the alias's generation, then a mirrored one."""
@@ -337,29 +381,33 @@ class Ingestor(Parts):
         return plan.result("indexed", reason="access-only")
 
     def _plan(self, position: int, doc: Document) -> _Plan:
-        t0 = time.perf_counter()
+        """What the document's rows would be named and hashed: enough to find it
+        unchanged before any chunking (``_chunk`` makes the chunks)."""
         # Identity strings in their one form, whoever built the ACL (DESIGN.md §5).
         acl = normalize_acl(doc.acl, case_sensitive=self.settings.principal_case_sensitive)
         if acl != doc.acl:
             doc = dataclasses.replace(doc, acl=acl)
         title = doc.title or doc.doc_id
+        doc_hash = self.row_maker.doc_hash(doc, title)
+        plan = _Plan(position, doc, title, [], doc_hash, doc.doc_version or doc_hash[:16])
+        plan.fence = fence_version(doc.doc_version)
+        return plan
+
+    def _chunk(self, plan: _Plan) -> None:
+        t0 = time.perf_counter()
         count, limit = self.tokens
-        chunks = chunk_elements(
-            doc.elements or text_elements(doc.text),
-            title=title,
+        plan.chunks = chunk_elements(
+            plan.doc.elements or text_elements(plan.doc.text),
+            title=plan.title,
             size=self.settings.chunk_size,
             overlap=self.settings.chunk_overlap,
             parent_size=self.settings.parent_chunk_size,
             count_tokens=count,
             max_tokens=limit,
         )
-        if not chunks:
-            raise EmptyDocumentError(f"{doc.doc_id}: no text to index")
-        doc_hash = self.row_maker.doc_hash(doc, title)
-        plan = _Plan(position, doc, title, chunks, doc_hash, doc.doc_version or doc_hash[:16])
-        plan.fence = fence_version(doc.doc_version)
+        if not plan.chunks:
+            raise EmptyDocumentError(f"{plan.doc.doc_id}: no text to index")
         plan.timings["chunk"] = _ms(t0)
-        return plan
 
     def _write(self, plans: list[_Plan], out: list[IngestResult | EsRagError | None]) -> None:
         """Embed every planned chunk, write all rows, then roll back or clean up per doc.
@@ -543,6 +591,14 @@ class Ingestor(Parts):
                 on_result(result)
 
         batch: list[Document] = []
+        readable = [(path, doc_id or str(path)) for path, problem in files if problem is None]
+        unchanged: dict[str, IngestResult] = {}
+        try:
+            for start in range(0, len(readable), STATE_BATCH):
+                part = readable[start : start + STATE_BATCH]
+                unchanged.update(self.unchanged_files(part, acl=acl, metadata=metadata))
+        except EngineUnavailableError as exc:
+            unavailable = str(exc)
 
         def flush() -> None:
             nonlocal unavailable
@@ -576,6 +632,9 @@ class Ingestor(Parts):
                     )
                 )
                 continue
+            if given in unchanged:
+                report(unchanged[given])
+                continue
             try:
                 batch.append(
                     load_document(
@@ -590,6 +649,55 @@ class Ingestor(Parts):
         if self._ready and not unavailable:
             self.index.refresh()
         return results
+
+    def unchanged_files(
+        self,
+        files: Sequence[tuple[Path, str]],
+        *,
+        acl: AccessControl,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, IngestResult]:
+        """The ``(path, doc id)`` files that need no parse: every generation holds their
+        rows whole, written from the same bytes (size and time, or hash), at the same
+        place, by the same recipe, with these access fields and metadata.
+
+        One state request per ``STATE_BATCH`` files; the rest is a ``stat`` per file (and
+        a hash of the bytes where the time moved but the size did not).
+        """
+        if not files:
+            return {}
+        if not self._ready:
+            self.init_index()
+        acl = normalize_acl(acl, case_sensitive=self.settings.principal_case_sensitive)
+        access = access_hash(acl, dict(metadata or {}))
+        targets = self._targets()
+        known = self._states(targets, [(acl.tenant_id, doc_id) for _, doc_id in files])
+        out: dict[str, IngestResult] = {}
+        for path, doc_id in files:
+            states = known[(acl.tenant_id, doc_id)]
+            try:
+                stat = path.stat()
+                uri = path.resolve().as_uri()
+            except OSError:
+                continue  # its load reports why
+            key = self.row_maker.file_key(uri)
+            stamps = {
+                st.file_stamp(key=key, access=access, embedding_version=t.version)
+                for t, st in zip(targets, states, strict=True)
+            }
+            stamp = stamps.pop()
+            if stamps or stamp is None or not same_file(stamp, path, stat):
+                continue
+            out[doc_id] = IngestResult(
+                doc_id=doc_id,
+                tenant=acl.tenant_id,
+                status="skipped",
+                reason="unchanged",
+                chunks=states[0].children,
+                parents=states[0].count - states[0].children,
+                source=uri,
+            )
+        return out
 
     def update_acl(self, doc_id: str, acl: AccessControl, *, refresh: bool = False) -> int:
         """Rewrite the access fields of every row of ``doc_id``: no parsing, no embedding.
@@ -680,6 +788,7 @@ class _Plan:
     fence: int | None = None  # numeric doc_version: fenced against older versions
     superseded: int | None = None  # a newer version accepted while this one was written
     error: EsRagError | None = None  # a generation after the first could not embed it
+    counts: tuple[int, int] | None = None  # (children, parents) the index holds, if unchunked
 
     @property
     def ok(self) -> bool:
@@ -697,8 +806,8 @@ class _Plan:
             tenant=self.doc.acl.tenant_id,
             doc_id=self.doc.doc_id,
             status=status,
-            chunks=len(self.children),
-            parents=len(self.chunks) - len(self.children),
+            chunks=self.counts[0] if self.counts else len(self.children),
+            parents=self.counts[1] if self.counts else len(self.chunks) - len(self.children),
             deleted=deleted,
             source=self.doc.source_uri,
             timings_ms=self.timings,

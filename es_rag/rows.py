@@ -68,7 +68,6 @@ class RowMaker:
         access-only path (no embedding); ``update_acl`` rewrites the ACL part, so a later
         re-ingest of the same text with that ACL finds nothing to do.
         """
-        s = self.settings
         payload = {
             "text": doc.text,
             "elements": [e.to_dict() for e in doc.elements],
@@ -76,6 +75,15 @@ class RowMaker:
             "source_uri": doc.source_uri,
             "mime": doc.mime_type,
             "doc_version": doc.doc_version,
+            **self._recipe(),
+            "parser": parser_of(doc),
+        }
+        return hash_of(payload) + access_hash(doc.acl, doc.metadata)
+
+    def _recipe(self) -> dict[str, Any]:
+        """What turns a document's text into rows, besides the document itself."""
+        s = self.settings
+        return {
             "chunker": CHUNKER_VERSION,
             "chunking": [
                 s.chunk_size,
@@ -84,9 +92,13 @@ class RowMaker:
                 s.context_header_prefix,
             ],
             "analyzer": self.analyzer.version,
-            "parser": parser_of(doc),
         }
-        return hash_of(payload) + acl_hash(doc.acl) + hash_of(doc.metadata)
+
+    def file_key(self, source_uri: str) -> str:
+        """The part of a file's stamp that is not the file: where it is and how its rows
+        are made. A file whose bytes and key are unchanged needs no parse (es_rag.files)."""
+        recipe = {**self._recipe(), "parsers": [parser_version(), TEXT_PARSER_VERSION]}
+        return hash_of({"source_uri": source_uri, **recipe})[:16]
 
     def rows(
         self,
@@ -135,6 +147,8 @@ class RowMaker:
                 **doc.acl.as_fields(),
                 "metadata": doc.metadata,
             }
+            if doc.source_stamp is not None and doc.source_uri is not None:
+                source["source_stamp"] = f"{doc.source_stamp}:{self.file_key(doc.source_uri)}"
             if chunk.chunk_type == "child":
                 # Parents are context only: no vector, no terms, never matched by a search.
                 source["embedding"] = next(child_vectors)
@@ -158,6 +172,11 @@ def parser_of(doc: Document) -> str:
 
 def acl_hash(acl: AccessControl) -> str:
     return hash_of(acl.as_fields())
+
+
+def access_hash(acl: AccessControl, metadata: dict[str, Any]) -> str:
+    """The part of ``doc_hash`` after the content: what the access-only path rewrites."""
+    return acl_hash(acl) + hash_of(metadata)
 
 
 def hash_of(value: Any) -> str:

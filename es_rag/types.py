@@ -135,6 +135,9 @@ class Document:
     doc_version: str | None = None  # defaults to the content hash
     updated_at: str | None = None
     elements: tuple[Element, ...] = ()
+    # A file's size, modification time and content hash (es_rag.files.file_stamp): lets
+    # a re-ingest of the unchanged file skip its parse.
+    source_stamp: str | None = None
 
 
 @dataclass

@@ -146,6 +146,8 @@ def _parse_then_hand_over(
     a file that timed out or could not be parsed is never parsed a second time."""
     attempt = task.request.retries + 1
     try:
+        if jobs.unchanged_file(ingestor(task), p) is not None:
+            return _run(task, p, None)  # recorded skipped here: nothing to parse or embed
         doc = jobs.parse(ingestor(task), p)
     except SoftTimeLimitExceeded as exc:
         _timed_out(task, p, exc)

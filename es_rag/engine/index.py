@@ -35,6 +35,47 @@ def doc_query(tenant: str, doc_id: str) -> dict[str, Any]:
     return {"bool": {"filter": [{"term": {"tenant_id": tenant}}, {"term": {"doc_id": doc_id}}]}}
 
 
+# Fields added to the chunk mapping after indices were made with it: an index that lacks
+# one gains it before the first write (add_later_fields).
+LATER_FIELDS: dict[str, Any] = {"source_stamp": {"type": "keyword", "index": False}}
+
+# Ids per state aggregation: well under the terms query's and the buckets' limits (each id
+# brings about a dozen buckets; Elasticsearch allows 65,536 of each per request).
+STATE_BATCH = 1000
+
+# Three values of a field that should have one are enough to see it has several.
+_STATE = {
+    "hashes": {"terms": {"field": "doc_hash", "size": 3}},
+    "versions": {"terms": {"field": "embedding_version", "size": 3}},
+    "counts": {"terms": {"field": "chunk_count", "size": 3}},
+    "stamps": {"terms": {"field": "source_stamp", "size": 3}},
+    "children": {"filter": {"term": {"chunk_type": "child"}}},
+}
+
+
+def add_later_fields(engine: Engine, index: str) -> None:
+    """Give a concrete index the fields added to mapping v1 since it was made (additive;
+    its strict mapping would refuse rows that carry them)."""
+    props = engine.mapping(index).get("properties", {})
+    missing = {k: v for k, v in LATER_FIELDS.items() if k not in props}
+    if missing:
+        engine.put_mapping(index, missing)
+
+
+def _doc_state(bucket: dict[str, Any]) -> DocState:
+    def keys(name: str) -> tuple[Any, ...]:
+        return tuple(b["key"] for b in bucket.get(name, {}).get("buckets", []))
+
+    return DocState(
+        count=int(bucket["doc_count"]),
+        doc_hashes=keys("hashes"),
+        embedding_versions=keys("versions"),
+        chunk_counts=tuple(int(k) for k in keys("counts")),
+        children=int(bucket.get("children", {}).get("doc_count", 0)),
+        stamps=keys("stamps"),
+    )
+
+
 @dataclass(frozen=True)
 class DocState:
     """What the index holds for one doc_id, enough to decide "unchanged"."""
@@ -43,10 +84,24 @@ class DocState:
     doc_hashes: tuple[str, ...] = ()
     embedding_versions: tuple[str, ...] = ()
     chunk_counts: tuple[int, ...] = ()
+    children: int = 0
+    stamps: tuple[str, ...] = ()  # source_stamp values (files only; es_rag.files)
+
+    def access_hash(self) -> str | None:
+        """The ACL-and-metadata part of the one ``doc_hash`` of a whole document."""
+        return self.doc_hashes[0][32:] if len(self.doc_hashes) == 1 else None
 
     def is_complete(self, *, doc_hash: str, embedding_version: str) -> bool:
         """One version, fully written (a crashed ingest leaves a mixed or short set)."""
         return self.doc_hashes == (doc_hash,) and self._whole(embedding_version)
+
+    def file_stamp(self, *, key: str, access: str, embedding_version: str) -> str | None:
+        """The file stamp (es_rag.files) of a whole document written from one file with
+        this key and these access fields; None when anything would need a parse."""
+        if len(self.stamps) != 1 or self.access_hash() != access:
+            return None
+        stamp, _, stored_key = self.stamps[0].rpartition(":")
+        return stamp if stored_key == key and self._whole(embedding_version) else None
 
     def same_content(self, *, content_hash: str, embedding_version: str) -> bool:
         """Every row holds this content, fully written, whatever its access fields say:
@@ -161,28 +216,32 @@ class ChunkIndex:
 
     # --- per document --------------------------------------------------------------------
     def doc_state(self, tenant: str, doc_id: str) -> DocState:
-        body = {
-            "size": 0,
-            "track_total_hits": True,
-            "query": doc_query(tenant, doc_id),
-            "aggs": {
-                "hashes": {"terms": {"field": "doc_hash", "size": 3}},
-                "versions": {"terms": {"field": "embedding_version", "size": 3}},
-                "counts": {"terms": {"field": "chunk_count", "size": 3}},
-            },
-        }
-        resp = self.engine.search(self.alias, body)
-        aggs = resp.get("aggregations", {})
+        return self.doc_states(tenant, [doc_id])[doc_id]
 
-        def keys(name: str) -> tuple[Any, ...]:
-            return tuple(b["key"] for b in aggs.get(name, {}).get("buckets", []))
-
-        return DocState(
-            count=int(resp["hits"]["total"]["value"]),
-            doc_hashes=keys("hashes"),
-            embedding_versions=keys("versions"),
-            chunk_counts=tuple(int(k) for k in keys("counts")),
-        )
+    def doc_states(self, tenant: str, doc_ids: Iterable[str]) -> dict[str, DocState]:
+        """What the index holds for each of one tenant's documents: one aggregation per
+        ``STATE_BATCH`` ids, not a request per document (a re-ingest of an unchanged
+        corpus is mostly this)."""
+        ids = list(dict.fromkeys(doc_ids))
+        out = {doc_id: DocState(count=0) for doc_id in ids}
+        for start in range(0, len(ids), STATE_BATCH):
+            part = ids[start : start + STATE_BATCH]
+            body = {
+                "size": 0,
+                "query": {
+                    "bool": {
+                        "filter": [
+                            {"term": {"tenant_id": tenant}},
+                            {"terms": {"doc_id": part}},
+                        ]
+                    }
+                },
+                "aggs": {"docs": {"terms": {"field": "doc_id", "size": len(part)}, "aggs": _STATE}},
+            }
+            resp = self.engine.search(self.alias, body)
+            for bucket in resp.get("aggregations", {}).get("docs", {}).get("buckets", []):
+                out[bucket["key"]] = _doc_state(bucket)
+        return out
 
     def chunk_locations(self, tenant: str, doc_id: str) -> dict[str, str]:
         """chunk id → concrete index for every row of one tenant's document (scan)."""

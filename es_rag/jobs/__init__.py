@@ -36,6 +36,7 @@ from es_rag.jobs.work import (
     run_delete,
     run_ingest,
     run_update_acl,
+    unchanged_file,
     worker_id,
 )
 
@@ -60,6 +61,7 @@ __all__ = [
     "send",
     "status_report",
     "tenant_of",
+    "unchanged_file",
     "wait_for",
     "worker_id",
 ]

@@ -79,6 +79,16 @@ def parse(ingestor: Ingestor, payload: IngestPayload) -> DocumentPayload:
     return DocumentPayload(document=doc, parse_ms=(time.perf_counter() - t0) * 1000.0)
 
 
+def unchanged_file(ingestor: Ingestor, payload: IngestPayload) -> IngestResult | None:
+    """The skipped result of a file that needs no parse (``Ingestor.unchanged_files``);
+    a versioned payload always goes through its version fence instead."""
+    if payload.doc_version is not None:
+        return None
+    acl = payload.acl(case_sensitive=ingestor.settings.principal_case_sensitive)
+    files = [(payload.file, payload.key)]
+    return ingestor.unchanged_files(files, acl=acl, metadata=payload.metadata).get(payload.key)
+
+
 def _base_fields(payload: IngestPayload, attempt: int, task_id: str | None) -> dict[str, Any]:
     return {
         "payload": payload.model_dump(),
@@ -113,9 +123,11 @@ def run_ingest(
     t0 = time.perf_counter()
     document: DocumentPayload | None = doc
     try:
-        if document is None:
-            document = parse(ingestor, payload)
-        result = ingestor.ingest(document.document)
+        result = None if document is not None else unchanged_file(ingestor, payload)
+        if result is None:
+            if document is None:
+                document = parse(ingestor, payload)
+            result = ingestor.ingest(document.document)
     except EsRagError as exc:
         if hit_time_limit(exc):
             raise SoftTimeLimitExceeded(str(exc)) from exc  # not the model's fault

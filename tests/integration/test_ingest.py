@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -9,13 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from es_rag import jobs
 from es_rag.acl import make_acl
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.client import Engine
 from es_rag.errors import BulkIndexingError, IndexContractError
+from es_rag.parsing import ParsedFile, Parser
 from es_rag.pipeline import Ingestor
-from es_rag.types import Document
+from es_rag.types import AccessControl, Document, IngestResult
 
 pytestmark = pytest.mark.integration
 
@@ -319,3 +322,119 @@ def test_dimension_mismatch_indexes_nothing(
         ingestor.ingest(Document(doc_id="d", text="some text to embed", acl=ACL), refresh=True)
     assert "100" in str(info.value) and "384" in str(info.value), info.value
     assert rows(engine, settings.index, "d") == []
+
+
+class CountingParser(Parser):
+    """The real sandboxed parser, counting the files it is asked to parse."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.calls = 0
+
+    def parse(self, path: str | Path) -> ParsedFile:
+        self.calls += 1
+        return super().parse(path)
+
+
+def test_reingest_of_unchanged_files_parses_nothing(
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    embedder,  # type: ignore[no-untyped-def]
+    analyzer,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    settings = make_settings()
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    parser = ingestor._parser = CountingParser(settings)
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\nValves of kind {i} need grease.\n")
+
+    def ingest(acl: AccessControl = ACL, by: Ingestor = ingestor) -> dict[str, IngestResult]:
+        return {Path(r.doc_id).name: r for r in by.ingest_paths([folder], acl=acl)}
+
+    first = ingest()
+    assert {r.status for r in first.values()} == {"indexed"} and parser.calls == 3
+    second = ingest()
+    assert {r.reason for r in second.values()} == {"unchanged"} and parser.calls == 3
+    assert [(r.chunks, r.parents) for r in second.values()] == [
+        (r.chunks, r.parents) for r in first.values()
+    ]
+
+    # The same bytes with a new time (a checkout, a touch): hashed, not parsed.
+    stat = (folder / "n0.md").stat()
+    os.utime(folder / "n0.md", ns=(stat.st_atime_ns, stat.st_mtime_ns + 5 * 10**9))
+    assert {r.reason for r in ingest().values()} == {"unchanged"} and parser.calls == 3
+
+    # Other bytes of the same size and a new time: that file alone is parsed and written.
+    text = (folder / "n1.md").read_text()
+    (folder / "n1.md").write_text(text.replace("grease", "butter"))
+    os.utime(folder / "n1.md", ns=(stat.st_atime_ns, stat.st_mtime_ns + 9 * 10**9))
+    fourth = ingest()
+    assert parser.calls == 4
+    assert fourth["n1.md"].status == "indexed" and fourth["n1.md"].reason is None
+    assert {fourth[n].reason for n in ("n0.md", "n2.md")} == {"unchanged"}
+    hits = rows(engine, settings.index, str(folder / "n1.md"))
+    assert all("butter" in h["content"] for h in hits if h["chunk_type"] == "child")
+
+    # Other access fields: every file is parsed to take the access-only path.
+    other = make_acl("acme", allow=["group:support", "user:ann"])
+    assert {r.reason for r in ingest(other).values()} == {"access-only"} and parser.calls == 7
+    assert {r.reason for r in ingest(other).values()} == {"unchanged"} and parser.calls == 7
+
+    # Another recipe (chunk size) makes other rows from the same bytes: parsed again.
+    resized = Ingestor(
+        settings.model_copy(update={"chunk_size": settings.chunk_size + 16}),
+        client=engine,
+        embedder=embedder,
+        analyzer=analyzer,
+    )
+    resized._parser = parser
+    assert {r.status for r in ingest(other, resized).values()} == {"indexed"}
+    assert parser.calls == 10
+
+
+def test_an_index_made_before_file_stamps_gains_the_field(
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    embedder,  # type: ignore[no-untyped-def]
+    analyzer,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """Its strict mapping would refuse rows with ``source_stamp``: the field is added."""
+    settings = make_settings()
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    body = engine.index_body(settings, ingestor.contract())
+    del body["mappings"]["properties"]["source_stamp"]
+    body["aliases"] = {settings.index: {"is_write_index": True}}
+    engine.create_index(f"{settings.index}-1", body)
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nGaskets wear out.\n")
+    assert [r.status for r in ingestor.ingest_paths([note], acl=ACL)] == ["indexed"]
+    assert "source_stamp" in engine.mapping(f"{settings.index}-1")["properties"]
+    assert [r.reason for r in ingestor.ingest_paths([note], acl=ACL)] == ["unchanged"]
+
+
+def test_a_queued_unchanged_file_is_not_parsed(
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    embedder,  # type: ignore[no-untyped-def]
+    analyzer,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """The worker's step (es_rag.jobs.run_ingest) skips the parse like the CLI does."""
+    settings = make_settings()
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    parser = ingestor._parser = CountingParser(settings)
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nPumps need priming.\n")
+    payload = jobs.IngestPayload(path=str(note), tenant="acme", allow=["group:support"])
+    assert jobs.run_ingest(ingestor, payload).status == "indexed" and parser.calls == 1
+    ingestor.index.refresh()
+    again = jobs.run_ingest(ingestor, payload)
+    assert (again.status, again.reason, parser.calls) == ("skipped", "unchanged", 1)
+    ingestor.status.refresh()
+    assert ingestor.status.get("acme", str(note))["reason"] == "unchanged"
+    versioned = payload.model_copy(update={"doc_version": "7"})
+    assert jobs.run_ingest(ingestor, versioned).status == "indexed" and parser.calls == 2

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from es_rag.engine.index import DocState
+from es_rag.files import file_stamp, same_file
 from es_rag.parsing import file_problem
 from es_rag.pipeline import expand_paths
 
@@ -58,3 +60,42 @@ def test_file_problem_of_a_regular_file_and_a_directory(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("x")
     assert file_problem(tmp_path / "a.md") is None
     assert file_problem(tmp_path) == "a directory, not a file"
+
+
+def test_a_file_stamp_decides_by_size_then_time_then_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "a.md"
+    path.write_text("# A\n\nsame bytes\n")
+    stamp = file_stamp(path, path.stat())
+    assert same_file(stamp, path, path.stat())
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: bytes hashed
+    assert same_file(stamp, path, path.stat())
+    path.write_text("# A\n\nsome bytes\n")  # same size, other bytes
+    assert not same_file(stamp, path, path.stat())
+    path.write_text("# A\n\nsame bytes, longer\n")
+    assert not same_file(stamp, path, path.stat())
+    assert not same_file("garbage", path, path.stat())
+
+
+def test_a_document_state_names_a_file_stamp_only_when_nothing_needs_a_parse() -> None:
+    whole = dict(
+        count=2,
+        doc_hashes=("c" * 32 + "a" * 64,),
+        embedding_versions=("v",),
+        chunk_counts=(2,),
+        stamps=("5:7:abc:key",),
+    )
+    assert DocState(**whole).file_stamp(key="key", access="a" * 64, embedding_version="v") == (
+        "5:7:abc"
+    )
+    misses = [
+        ({}, {"key": "other"}),  # moved, or another recipe
+        ({}, {"access": "b" * 64}),  # other ACL or metadata: the access-only path
+        ({}, {"embedding_version": "w"}),  # another model
+        ({"chunk_counts": (3,)}, {}),  # a half-written document
+        ({"stamps": ("5:7:abc:key", "6:8:def:key")}, {}),  # rows of two files
+        ({"stamps": ()}, {}),  # ingested from memory, or before stamps
+    ]
+    for state, ask in misses:
+        query = {"key": "key", "access": "a" * 64, "embedding_version": "v", **ask}
+        assert DocState(**{**whole, **state}).file_stamp(**query) is None, (state, ask)
