@@ -140,6 +140,11 @@ class Settings(BaseSettings):
     parse_max_text_mb: int = Field(
         default=20, description="largest text-format file (txt, md, html, csv, eml), MB"
     )
+    parse_inline_max_kb: int = Field(
+        default=1024,
+        description="Markdown up to this size is read in the worker itself, without a "
+        "sandboxed child (es-rag's own linear-time reader); larger files go to the sandbox",
+    )
     parse_max_unzipped_mb: int = Field(
         default=1024, description="largest inflated size of a DOCX/PPTX/XLSX (zip bombs), MB"
     )

@@ -1,6 +1,6 @@
 """Markdown-flavoured text → elements, with markdown-it-py (CommonMark plus GFM tables).
 
-es-rag reads ``Document(text=...)`` this way (files go through Unstructured instead): ATX
+es-rag reads ``Document(text=...)`` and Markdown files this way (es_rag.parsing.child): ATX
 and setext headings, paragraphs, list items (nested ones indented under their parent,
 each with its marker), fenced and indented code kept whole, block quotes, and pipe tables
 with their header row. A parser rather than line patterns: a ``#`` inside a block quote

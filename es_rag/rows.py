@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from es_rag import detect
 from es_rag.analysis import TextAnalyzer, detect_language
 from es_rag.chunking import CHUNKER_VERSION, TEXT_PARSER_VERSION
 from es_rag.config import Settings
@@ -166,8 +167,11 @@ class RowMaker:
 
 
 def parser_of(doc: Document) -> str:
-    """Unstructured (a parsed file) or es-rag's own reader of Markdown-flavoured text."""
-    return parser_version() if doc.elements else TEXT_PARSER_VERSION
+    """Unstructured (a parsed file) or es-rag's own reader of Markdown-flavoured text
+    (in-memory text, and Markdown files: es_rag.parsing.child)."""
+    if doc.elements and doc.mime_type != detect.MARKDOWN:
+        return parser_version()
+    return TEXT_PARSER_VERSION
 
 
 def acl_hash(acl: AccessControl) -> str:

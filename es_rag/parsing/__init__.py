@@ -45,6 +45,8 @@ __all__ = [
 #    navigation and permalinks are handled (es_rag.outline, es_rag.headings)
 ES_RAG_PARSING = "3"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
+# Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
+INLINE = frozenset({detect.MARKDOWN})
 _GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.EMAIL, *detect.IMAGES})
 
 
@@ -85,14 +87,22 @@ class Parser:
         """The file's cleaned elements; raises an ``InputError`` subclass on bad input."""
         path = Path(path)
         mime = self.sniff(path)
-        parsed: ParsedFile = self.sandbox.call(
-            "es_rag.parsing.child:partition_file",
-            str(path),
-            mime,
-            self.options,
-            warm=f"es_rag.parsing.child:warm_{_family(mime)}",
-        )
-        parsed.stats = dataclasses.asdict(self.sandbox.last)
+        parsed: ParsedFile
+        if mime in INLINE and path.stat().st_size <= self.settings.parse_inline_max_kb * 1024:
+            # A fork and a child's limits cost more than reading a small note (es-rag's
+            # own reader, linear in the input); the sandbox is for parsers of the rest.
+            from es_rag.parsing.child import partition_file
+
+            parsed = partition_file(str(path), mime, self.options)
+        else:
+            parsed = self.sandbox.call(
+                "es_rag.parsing.child:partition_file",
+                str(path),
+                mime,
+                self.options,
+                warm=f"es_rag.parsing.child:warm_{_family(mime)}",
+            )
+            parsed.stats = dataclasses.asdict(self.sandbox.last)
         elements = clean(
             parsed.elements,
             layout=parsed.mime in _LAYOUT or parsed.ocr,

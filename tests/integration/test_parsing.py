@@ -227,6 +227,8 @@ def source_units(doc: ParsedFile, chunks: list[Chunk]) -> list[str]:
             out += source_rows(el.html, el.text)
         elif el.kind == "code":
             out.append("code:" + key(el.text))
+        elif el.kind == "list_item":  # a marker the reader kept is read back without it
+            out += sentences(re.sub(r"^- ", "", el.text.strip()))
         elif el.text.strip():
             out += sentences(el.text)
     return out
