@@ -6,7 +6,9 @@
 
 In one run, on the same server, texts and model (all-MiniLM-L6-v2):
 
-- embedding only: the model embedding the texts in this process (the ceiling);
+- embedding only (the ceiling): the faster of a bare ``SentenceTransformer.encode`` of
+  all the texts in one call and es-rag's embedder on the same texts, in this process,
+  best of 3 interleaved rounds (their ratio is reported too);
 - es-rag through the queue, for each N in --workers: N ``es-rag worker --pool solo``
   processes (models loaded and warm before the clock starts), every text enqueued as one
   file (`es-rag ingest --queue` semantics: a status row, then a task), the clock stopping
@@ -93,6 +95,27 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def embedding_ceiling(embedder: Any, model: str, texts: list[str]) -> tuple[float, float]:
+    """Texts/s of a bare ``SentenceTransformer.encode`` of all the texts (what langchain's
+    ``add_texts`` does: one call, sorted by length across every text) and of es-rag's
+    embedder on the same texts, in this process, interleaved, best of 3 rounds each."""
+    from sentence_transformers import SentenceTransformer
+
+    bare = SentenceTransformer(model, device="cpu")
+    bare.encode(texts[:64], batch_size=32)
+    embedder.embed(texts[:64])
+    best = {"bare": 0.0, "es-rag": 0.0}
+    for _ in range(3):
+        for name, run in (
+            ("bare", lambda: bare.encode(texts, batch_size=32, normalize_embeddings=True)),
+            ("es-rag", lambda: embedder.embed(texts)),
+        ):
+            t0 = time.perf_counter()
+            run()
+            best[name] = max(best[name], len(texts) / (time.perf_counter() - t0))
+    return best["bare"], best["es-rag"]
 
 
 def wait_all(ingestor: Ingestor, n: int, timeout: float) -> list[dict[str, Any]]:
@@ -192,13 +215,11 @@ def main() -> None:
     documents = [
         Document(doc_id=i, title=t, text=f"# {t}\n\n{c}", acl=acl_obj) for i, t, c in units
     ]
-    texts = same_strings(base, documents)
-
     embedder = build_embedder(base)
-    embedder.embed(texts[:64])
-    t0 = time.perf_counter()
-    embedder.embed(texts)
-    embed_rate = len(texts) / (time.perf_counter() - t0)
+    texts = same_strings(base, documents, embedder)
+    bare_rate, es_rag_rate = embedding_ceiling(embedder, model, texts)
+    # The ceiling is the fastest honest embedding of these texts on this machine.
+    embed_rate = max(bare_rate, es_rag_rate)
 
     result: dict[str, Any] = {
         "benchmark": "queue",
@@ -210,6 +231,9 @@ def main() -> None:
         "texts": len(texts),
         "texts_per_document": args.per_doc,
         "embedding_only_chunks_per_s": round(embed_rate, 2),
+        "bare_encode_chunks_per_s": round(bare_rate, 2),
+        "es_rag_embed_chunks_per_s": round(es_rag_rate, 2),
+        "es_rag_embed_ratio_to_bare_encode": round(es_rag_rate / bare_rate, 3),
         "queue": [],
     }
     acl = {"tenant": "bench", "public": True}

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -58,6 +61,7 @@ class Embedder(ABC):
         self.passage_prefix = passage_prefix
         # Configured dims are a promise the first real batch must keep; probed dims are facts.
         self._dims: int | None = dims
+        self._promised_dims = dims
         self._version: str | None = None
 
     # --- the one method a backend writes -----------------------------------------------------
@@ -88,6 +92,11 @@ class Embedder(ABC):
         if prefix:
             items = [prefix + text for text in items]
 
+        # Batches of texts of like length: a batch is padded to its longest text, so a
+        # call's texts are sorted by length across the whole call (many documents), not
+        # only within each batch as the libraries do; the rows go back in order below.
+        order = sorted(range(len(items)), key=lambda i: -len(items[i]))
+        items = [items[i] for i in order]
         parts: list[np.ndarray] = []
         for start in range(0, len(items), self.batch_size):
             batch = items[start : start + self.batch_size]
@@ -103,6 +112,7 @@ class Embedder(ABC):
             parts.append(self._check_batch(raw, len(batch), start))
 
         out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        out[order] = out.copy()
         if self.normalize:
             out = _l2_normalise(out)
         return np.ascontiguousarray(out, dtype=np.float32)
@@ -122,8 +132,19 @@ class Embedder(ABC):
 
     @property
     def embedding_version(self) -> str:
-        """Fingerprint of everything that changes the vectors; a mismatch means re-embed."""
+        """Fingerprint of everything that changes the vectors; a mismatch means re-embed.
+
+        A local model's fingerprint needs the model loaded (seconds); it is remembered on
+        disk under a key of its configuration and its files' sizes and times, so that a
+        process that finds nothing to embed (a re-ingest of unchanged files) never loads it.
+        """
         if self._version is None:
+            # Promised dims are not a fact yet (the first batch checks them): not remembered.
+            key = self._version_key() if self._promised_dims is None else None
+            remembered = _remembered(key) if key else None
+            if remembered is not None:
+                self._version, self._dims = remembered
+                return self._version
             norm = "norm" if self.normalize else "raw"
             parts = [
                 f"{self.backend}:{self._model_identity()}",
@@ -132,6 +153,8 @@ class Embedder(ABC):
                 *self._version_extras(),
             ]
             self._version = ":".join(parts)
+            if key:
+                _remember(key, self._version, self.dims)
         return self._version
 
     def token_counter(self) -> tuple[Callable[[str], int], int | None]:
@@ -155,6 +178,21 @@ class Embedder(ABC):
     def _model_identity(self) -> str:
         """Model name plus revision; subclasses with files on disk add a content hash."""
         return self.model
+
+    def _version_key(self) -> str | None:
+        """A key under which this embedder's fingerprint may be remembered across
+        processes, or None (the default: computed in every process)."""
+        return None
+
+    def _settings_key(self) -> dict[str, Any]:
+        """Every public plain setting of this embedder: what a remembered fingerprint
+        depends on besides the model's files (a new setting is covered without a change
+        here; private state such as probed dims is not a setting)."""
+        return {
+            name: value
+            for name, value in sorted(vars(self).items())
+            if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None)))
+        }
 
     def _version_extras(self) -> list[str]:
         """Fingerprint parts after dims; by default the prefixes (they change the vectors)."""
@@ -188,6 +226,31 @@ class Embedder(ABC):
             # fp16 overflow and broken weights show up as NaN/inf; the index would accept them.
             raise EmbeddingError(f"{self.backend} returned NaN or infinite values ({where})")
         return arr
+
+
+def _versions_folder() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "es-rag" / "embedding-versions"
+
+
+def _remembered(key: str) -> tuple[str, int] | None:
+    try:
+        data = json.loads((_versions_folder() / f"{key}.json").read_text(encoding="utf-8"))
+        return str(data["version"]), int(data["dims"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remember(key: str, version: str, dims: int) -> None:
+    """Best effort: a cache that cannot be written only costs the next process a load."""
+    folder = _versions_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as fh:
+            json.dump({"version": version, "dims": dims}, fh)
+        os.replace(fh.name, folder / f"{key}.json")
+    except OSError:
+        pass
 
 
 def _l2_normalise(vectors: np.ndarray) -> np.ndarray:

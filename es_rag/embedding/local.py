@@ -8,6 +8,7 @@ exactly which weights made its vectors.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from abc import abstractmethod
 from collections.abc import Callable
@@ -101,6 +102,21 @@ class _LocalModelEmbedder(Embedder):
             return f"{path.resolve().name}@{_folder_fingerprint(path)}"
         revision = self.revision or _cached_hub_commit(self.model) or "unpinned"
         return f"{self.model}@{revision[:12]}"
+
+    def _version_key(self) -> str | None:
+        """The settings plus the model's files by name, size and time (what the per-process
+        fingerprint cache keys on too), or the cached hub commit; None for a hub name not
+        yet in the local cache (its load decides the commit)."""
+        path = Path(self.model).expanduser()
+        files: Any
+        if path.is_dir():
+            files = _model_files(path)[1]
+        else:
+            files = self.revision or _cached_hub_commit(self.model)
+            if files is None:
+                return None
+        blob = json.dumps([type(self).__name__, self._settings_key(), files], default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def _version_extras(self) -> list[str]:
         length = self._effective_max_length()
@@ -268,20 +284,25 @@ def _cached_hub_commit(repo_id: str) -> str | None:
 
 def _folder_fingerprint(folder: Path) -> str:
     """12 hex of a content hash of the files that define the model; cached per process."""
+    root, key = _model_files(folder)
+    return _hash_files(str(root), key)
+
+
+def _model_files(folder: Path) -> tuple[Path, tuple[tuple[str, int, int], ...]]:
+    """The model's files by name, size and modification time: a key that changes when the
+    folder is edited, read with a stat() per file rather than gigabytes of hashing."""
+    root = folder.resolve()
     files = sorted(
         p
-        for p in folder.resolve().rglob("*")
+        for p in root.rglob("*")
         if p.is_file()
         and p.suffix in _MODEL_FILE_SUFFIXES
-        and not _SKIPPED_MODEL_DIRS.intersection(p.relative_to(folder.resolve()).parts[:-1])
+        and not _SKIPPED_MODEL_DIRS.intersection(p.relative_to(root).parts[:-1])
     )
-    root = folder.resolve()
-    # The key carries size and mtime, so an edited folder is hashed again, while re-reading
-    # the fingerprint (every ingest batch) costs a stat() per file rather than gigabytes.
     key = tuple(
         (p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files
     )
-    return _hash_files(str(root), key)
+    return root, key
 
 
 @lru_cache(maxsize=32)

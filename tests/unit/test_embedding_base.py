@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +69,19 @@ def test_batches_split_in_order(n: int, batch_size: int, sizes: list[int]) -> No
     # Each row belongs to its own text, whatever the batching.
     single = make(batch_size=1000).embed(texts)
     np.testing.assert_allclose(out, single, rtol=1e-6)
+
+
+def test_batches_hold_texts_of_like_length_across_the_whole_call() -> None:
+    """A batch is padded to its longest text: sorting only inside each batch (what the
+    libraries do) leaves short texts padded to long ones of other documents."""
+    texts = [("w " * n).strip() for n in (3, 40, 1, 25, 2, 39, 24, 4)]
+    emb = make(batch_size=2)
+    out = emb.embed(texts)
+    lengths = [[len(t) for t in batch] for batch, _ in emb.calls]
+    assert lengths == [[79, 77], [49, 47], [7, 5], [3, 1]]
+    np.testing.assert_allclose(out, make(batch_size=1000).embed(texts), rtol=1e-6)
+    for text, row in zip(texts, out, strict=True):  # each row is still its own text's
+        np.testing.assert_allclose(row, make().embed([text])[0], rtol=1e-6)
 
 
 def test_empty_input_makes_no_call() -> None:
@@ -322,3 +337,37 @@ def test_retry_after_parsing() -> None:
     assert _retry_after_seconds(None) is None
     assert _retry_after_seconds("garbage") is None
     assert _retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+
+
+def test_a_local_model_fingerprint_is_remembered_across_processes(
+    minilm_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process with nothing to embed (a re-ingest of unchanged files) must not load the
+    model to learn its fingerprint; a changed setting or model file is a new key."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = SentenceTransformerEmbedder(model=minilm_path)
+    version = first.embedding_version
+    assert first.loaded
+    again = SentenceTransformerEmbedder(model=minilm_path)
+    assert (again.embedding_version, again.dims) == (version, 384)
+    assert not again.loaded
+    # A setting that changes the vectors is another key: this one loads and differs.
+    other = SentenceTransformerEmbedder(model=minilm_path, query_prefix="query: ")
+    assert other.embedding_version != version and other.loaded
+    # So is an edited model folder (a file's size or time), e.g. a copy with a new config.
+    copy = tmp_path / "model"
+    shutil.copytree(minilm_path, copy)
+    moved = SentenceTransformerEmbedder(model=str(copy))
+    assert moved.embedding_version == version and moved.loaded  # same bytes, new key
+    config = copy / "config.json"
+    stat = config.stat()
+    os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    touched = SentenceTransformerEmbedder(model=str(copy))
+    assert touched.embedding_version == version and touched.loaded
+    # Promised dims are checked by a real batch, never taken from (or written to) memory.
+    promised = SentenceTransformerEmbedder(model=minilm_path, dims=512)
+    assert promised.embedding_version != version and promised.loaded
+    with pytest.raises(EmbeddingError):
+        promised.embed(["x"])
+    later = SentenceTransformerEmbedder(model=minilm_path)
+    assert (later.embedding_version, later.dims, later.loaded) == (version, 384, False)
