@@ -13,6 +13,9 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 EmbeddingBackend = Literal["sentence-transformers", "flag", "openai"]
+# How the sentence-transformers model runs: torch, or ONNX Runtime (fp32, or dynamically
+# quantised to int8 for the CPU); the last two need the `onnx` extra (optimum-onnx).
+EmbeddingRuntime = Literal["torch", "onnx", "onnx-int8"]
 StrategyName = Literal[
     "auto", "bm25", "knn", "client-rrf", "client-linear", "native-rrf", "opensearch-hybrid"
 ]
@@ -103,6 +106,18 @@ class Settings(BaseSettings):
     embedding_timeout: float = 60.0
     embedding_max_retries: int = 5
     device: str | None = Field(default=None, description="torch device: cpu, cuda, cuda:1, mps")
+    embedding_runtime: EmbeddingRuntime = Field(
+        default="torch",
+        description="how the sentence-transformers model runs: torch, onnx (ONNX Runtime, "
+        "fp32, CPU) or onnx-int8 (dynamically quantised int8, CPU); onnx needs "
+        "`pip install 'es-rag[onnx]'`. Vectors differ slightly, so it is part of the "
+        "embedding version (an index is re-embedded to change it: es-rag migrate)",
+    )
+    embedding_onnx_cache: Path | None = Field(
+        default=None,
+        description="folder where the ONNX exports of the model are made once and kept "
+        "(default: $XDG_CACHE_HOME or ~/.cache, then es-rag/onnx)",
+    )
 
     # --- index --------------------------------------------------------------------------
     similarity: Similarity = "cosine"
@@ -324,6 +339,12 @@ class Settings(BaseSettings):
         if self.embedding_backend == "openai" and not self.embedding_url:
             raise ValueError(
                 "ES_RAG_EMBEDDING_URL is required when ES_RAG_EMBEDDING_BACKEND=openai"
+            )
+        if self.embedding_runtime != "torch" and self.embedding_backend != "sentence-transformers":
+            raise ValueError(
+                f"ES_RAG_EMBEDDING_RUNTIME={self.embedding_runtime} applies to the "
+                "sentence-transformers backend only, not "
+                f"ES_RAG_EMBEDDING_BACKEND={self.embedding_backend}"
             )
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError("chunk_overlap must be smaller than chunk_size")

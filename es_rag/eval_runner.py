@@ -120,6 +120,8 @@ def eval_index_name(settings: Settings, dataset: Dataset) -> str:
     key = f"{dataset.name}\x00{len(dataset.corpus)}\x00{settings.embedding_model}"
     key += f"\x00{settings.chunk_size}\x00{settings.chunk_overlap}"
     key += f"\x00{settings.context_header_prefix}\x00{settings.embedding_backend}"
+    if settings.embedding_runtime != "torch":  # (torch adds nothing: earlier names stay)
+        key += f"\x00{settings.embedding_runtime}"
     return f"{settings.index}-eval-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 

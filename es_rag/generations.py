@@ -27,7 +27,12 @@ from es_rag.analysis import TextAnalyzer
 from es_rag.config import Settings
 from es_rag.embedding import Embedder, build_embedder
 from es_rag.engine.base import Engine
-from es_rag.engine.mapping import LOCATION_KEYS, RECORDED_KEYS, IndexContract, recorded_settings
+from es_rag.engine.mapping import (
+    RECORDED_KEYS,
+    IndexContract,
+    recorded_recipe,
+    recorded_settings,
+)
 
 
 def mirror_alias(alias: str) -> str:
@@ -50,6 +55,7 @@ def by_generation(alias: str, names: Iterable[str]) -> list[str]:
 
 
 def same_recipe(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    a, b = recorded_recipe(a), recorded_recipe(b)
     return all(a.get(k) == b.get(k) for k in RECORDED_KEYS)
 
 
@@ -160,8 +166,7 @@ class Generations:
         recorded = gen.meta.get("settings")
         if not isinstance(recorded, dict):
             return gen.settings
-        keys = (*RECORDED_KEYS, *LOCATION_KEYS)
-        return self.settings.model_copy(update={k: recorded[k] for k in keys if k in recorded})
+        return self.settings.model_copy(update=recorded_recipe(recorded))
 
     def _generation(self, index: str) -> Generation:
         meta = self.meta(index)
@@ -171,7 +176,7 @@ class Generations:
             # Indexes without a recipe (created before es-rag recorded one) are the
             # configured generation: the contract check decides whether they fit.
             return Generation(index, IndexContract.from_meta(meta), self.settings, True, meta)
-        update = {k: recorded[k] for k in (*RECORDED_KEYS, *LOCATION_KEYS) if k in recorded}
+        update = recorded_recipe(recorded)
         return Generation(
             index,
             IndexContract.from_meta(meta),

@@ -37,7 +37,7 @@ from es_rag.config import Settings
 from es_rag.embedding import Embedder, build_embedder
 from es_rag.engine.base import Engine
 from es_rag.engine.index import ChunkIndex, doc_query
-from es_rag.engine.mapping import ID_VERSION, recorded_settings
+from es_rag.engine.mapping import ID_VERSION, recorded_recipe, recorded_settings
 from es_rag.errors import DimensionMismatchError, IndexContractError
 from es_rag.generations import (
     Generation,
@@ -175,7 +175,9 @@ class Migrator:
             mirror = layout.mirror
             state = self._migration(mirror)
             if state.get("source") == source.index and state.get("state") == "backfilling":
-                recorded = self.generations.meta(mirror.index).get("settings") or {}
+                recorded = recorded_recipe(
+                    self.generations.meta(mirror.index).get("settings") or {}
+                )
                 asked = recorded_settings(wanted)
                 differ = sorted(k for k in asked if k in overrides and recorded.get(k) != asked[k])
                 if differ:

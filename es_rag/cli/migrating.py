@@ -24,6 +24,12 @@ def migrate(
     embedding_url: Annotated[
         str | None, typer.Option("--embedding-url", help="the new OpenAI-compatible server")
     ] = None,
+    embedding_runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--embedding-runtime", help="torch | onnx | onnx-int8 (sentence-transformers only)"
+        ),
+    ] = None,
     query_prefix: Annotated[
         str | None, typer.Option(help="the new model's query prefix (e.g. 'query: ')")
     ] = None,
@@ -94,6 +100,7 @@ def migrate(
             "embedding_model": embedding_model,
             "embedding_backend": embedding_backend,
             "embedding_url": embedding_url,
+            "embedding_runtime": embedding_runtime,
             "query_prefix": query_prefix,
             "passage_prefix": passage_prefix,
             "vector_index_type": vector_index_type,
@@ -101,6 +108,8 @@ def migrate(
         }.items()
         if v is not None
     }
+    if embedding_backend not in (None, "sentence-transformers") and embedding_runtime is None:
+        overrides["embedding_runtime"] = "torch"  # ONNX Runtime serves sentence-transformers only
     checker = None
     if gate is not None:
         from es_rag import datasets

@@ -1,7 +1,8 @@
 """Text embedding backends behind one small interface (``Embedder``).
 
 - ``base``: the contract and what every backend shares (batching, checks, the version);
-- ``local``: sentence-transformers and FlagEmbedding, in-process on torch;
+- ``local``: sentence-transformers and FlagEmbedding, in-process on torch (sentence-transformers
+  also on ONNX Runtime: ``embedding_runtime``);
 - ``remote``: an OpenAI-compatible embeddings server.
 """
 
@@ -38,9 +39,20 @@ def build_embedder(settings: Settings) -> Embedder:
         "dims": settings.embedding_dims,
     }
     backend = settings.embedding_backend
+    runtime = settings.embedding_runtime
+    if runtime != "torch" and backend != "sentence-transformers":
+        # Settings refuse this too; a recipe copied with model_copy() is not re-validated.
+        raise ConfigurationError(
+            f"embedding runtime {runtime!r} applies to the sentence-transformers backend "
+            f"only, not {backend!r}"
+        )
     if backend == "sentence-transformers":
         return SentenceTransformerEmbedder(
-            **common, device=settings.device, max_length=settings.embedding_max_length
+            **common,
+            device=settings.device,
+            max_length=settings.embedding_max_length,
+            runtime=runtime,
+            onnx_cache=settings.embedding_onnx_cache,
         )
     if backend == "flag":
         return FlagEmbedder(

@@ -1,8 +1,10 @@
-"""In-process embedders on torch: sentence-transformers and FlagEmbedding (BGE-M3 dense).
+"""In-process embedders: sentence-transformers and FlagEmbedding (BGE-M3 dense).
 
 Both load their model once, lazily and thread-safely (es_rag.models), count chunk sizes
 with the model's own tokenizer, and fingerprint the model's files so that an index records
-exactly which weights made its vectors.
+exactly which weights made its vectors. Both run on torch; sentence-transformers can also
+run on ONNX Runtime (``runtime="onnx"`` or ``"onnx-int8"``), from an export made once from
+the torch weights and kept in a cache folder.
 """
 
 from __future__ import annotations
@@ -10,8 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import platform
+import re
+import shutil
+import tempfile
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +33,13 @@ from es_rag.models import LazyModel, auto_device
 logger = logging.getLogger(__name__)
 
 PoolingMethod = Literal["cls", "mean", "last_token"]
+Runtime = Literal["torch", "onnx", "onnx-int8"]
+RUNTIMES: tuple[Runtime, ...] = ("torch", "onnx", "onnx-int8")
+# Dynamic int8 quantisation schemes of sentence-transformers / optimum. arm64, avx512 and
+# avx512_vnni quantise alike (uint8 activations, int8 weights per channel); avx2 takes uint8
+# weights, because int8 ones can saturate in AVX2's u8*s8 instruction (VPMADDUBSW).
+Int8Scheme = Literal["arm64", "avx2", "avx512", "avx512_vnni"]
+ONNX_EXTRA_HINT = "pip install 'es-rag[onnx]' (optimum-onnx with onnxruntime)"
 # Files whose bytes decide what a local model computes. Exported runtimes (onnx/, openvino/)
 # are skipped: the torch backends never read them, and bge-m3's onnx/ doubles the bytes to hash.
 _MODEL_FILE_SUFFIXES = frozenset({".json", ".safetensors", ".bin", ".pt", ".txt", ".model"})
@@ -62,7 +77,10 @@ class _LocalModelEmbedder(Embedder):
         self.revision = revision
         # Celery thread pools and web servers may share one embedder: loaded exactly once.
         self._model = LazyModel(
-            self._load, error=EmbeddingError, what=f"{self.backend} model {model!r}"
+            self._load,
+            error=EmbeddingError,
+            what=f"{self.backend} model {model!r}",
+            check=self._check_can_load,
         )
 
     @property
@@ -71,6 +89,9 @@ class _LocalModelEmbedder(Embedder):
 
     def _get_model(self) -> Any:
         return self._model.get()
+
+    def _check_can_load(self) -> None:
+        """Raise es-rag's own, clearer error before a load that cannot succeed."""
 
     @abstractmethod
     def _load(self) -> Any:
@@ -124,14 +145,91 @@ class _LocalModelEmbedder(Embedder):
 
 
 class SentenceTransformerEmbedder(_LocalModelEmbedder):
-    """sentence-transformers backend: the model folder's own pooling and modules apply."""
+    """sentence-transformers backend: the model folder's own pooling and modules apply.
+
+    ``runtime`` picks what computes the transformer: ``torch`` (the model's own weights),
+    ``onnx`` (ONNX Runtime, fp32, CPU) or ``onnx-int8`` (ONNX Runtime with weights
+    dynamically quantised to int8, CPU). The ONNX files are exported from the torch weights
+    once, offline, into ``onnx_cache`` (never into the model folder) and reused after.
+    Dynamic quantisation scales activations per batch, so an int8 vector also depends a
+    little on the texts embedded with it (cosine about 0.99); fp32 ONNX does not.
+    """
 
     backend = "st"
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        batch_size: int = 32,
+        normalize: bool = True,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        dims: int | None = None,
+        device: str | None = None,
+        max_length: int | None = 512,
+        revision: str | None = None,
+        runtime: Runtime = "torch",
+        onnx_cache: str | Path | None = None,
+    ) -> None:
+        super().__init__(
+            model=model,
+            batch_size=batch_size,
+            normalize=normalize,
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            dims=dims,
+            device=device,
+            max_length=max_length,
+            revision=revision,
+        )
+        if runtime not in RUNTIMES:
+            raise ConfigurationError(
+                f"embedding runtime must be one of {', '.join(RUNTIMES)}; got {runtime!r}"
+            )
+        if runtime != "torch" and device not in (None, "cpu"):
+            raise ConfigurationError(
+                f"embedding runtime {runtime} runs on the CPU; unset the device (got {device!r})"
+                " or use runtime torch"
+            )
+        self.runtime: Runtime = runtime
+        self.onnx_cache = Path(onnx_cache).expanduser() if onnx_cache else default_onnx_cache()
+
+    @property
+    def int8_scheme(self) -> Int8Scheme | None:
+        """The int8 quantisation this CPU gets (onnx-int8 only): it names the quantised
+        file and goes in the version. Read on first use (construction does no I/O)."""
+        return int8_scheme() if self.runtime == "onnx-int8" else None
+
+    def _check_can_load(self) -> None:
+        if self.runtime == "torch":
+            return
+        try:
+            import onnxruntime  # noqa: F401
+            import optimum.onnxruntime  # noqa: F401
+        except ImportError as exc:
+            raise EmbeddingError(
+                f"embedding runtime {self.runtime} needs ONNX Runtime and Optimum, which are "
+                f"not installed ({exc}): {ONNX_EXTRA_HINT}"
+            ) from exc
 
     def _load(self) -> Any:
         from sentence_transformers import SentenceTransformer
 
-        st = SentenceTransformer(self.model, device=self.device, revision=self.revision)
+        if self.runtime == "torch":
+            st = SentenceTransformer(self.model, device=self.device, revision=self.revision)
+        else:
+            folder = self._onnx_export()
+            file_name = "onnx/model.onnx"
+            scheme = self.int8_scheme
+            if scheme is not None:
+                file_name = self._int8_export(folder, scheme)
+            st = SentenceTransformer(
+                str(folder),
+                backend="onnx",
+                device="cpu",
+                model_kwargs={"file_name": file_name, "provider": "CPUExecutionProvider"},
+            )
         current = st.max_seq_length
         if self.max_length is not None:
             # The setting is a ceiling, never a raise: all-MiniLM-L6-v2 was trained to 256
@@ -142,6 +240,81 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
             )
         return st
 
+    # --- ONNX exports ----------------------------------------------------------------------
+    def onnx_folder(self) -> Path:
+        """Where this model's ONNX export lives: one folder per model content (or commit)."""
+        source = Path(self.model).expanduser()
+        if source.is_dir():
+            key = f"{source.resolve().name}-{_folder_fingerprint(source)}"
+        else:
+            revision = self.revision or _cached_hub_commit(self.model) or "unpinned"
+            key = f"{self.model}-{revision[:12]}"
+        return self.onnx_cache / re.sub(r"[^A-Za-z0-9._-]+", "_", key)
+
+    def _onnx_export(self) -> Path:
+        """The fp32 export (a sentence-transformers folder with onnx/model.onnx), made once.
+
+        It is written to a temporary folder beside its place and renamed into it, so that
+        processes exporting at the same time never see half a folder: the first one wins.
+        """
+        from sentence_transformers import SentenceTransformer
+
+        final = self.onnx_folder()
+        if (final / "onnx" / "model.onnx").is_file():
+            return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("exporting %s to ONNX in %s (once)", self.model, final)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        try:
+            # Optimum loads the torch weights and traces them; nothing is downloaded for a
+            # local folder. A hub model may ship its own onnx/model.onnx, which is then used.
+            # sentence-transformers warns that the export should be saved (into the model's
+            # folder, which may be site-packages): it is, here, so that warning is muted.
+            with _quiet_logger("sentence_transformers.backend.utils"):
+                exported = SentenceTransformer(
+                    self.model,
+                    backend="onnx",
+                    device="cpu",
+                    revision=self.revision,
+                    model_kwargs={"provider": "CPUExecutionProvider"},
+                )
+            exported.save(str(tmp))
+            if not (tmp / "onnx" / "model.onnx").is_file():
+                raise EmbeddingError(f"the ONNX export of {self.model} made no onnx/model.onnx")
+            # A hub model's commit is only known once it is in the local cache.
+            final = self.onnx_folder()
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not (final / "onnx" / "model.onnx").is_file():
+                    raise  # not another process's finished export: a real failure
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    def _int8_export(self, folder: Path, scheme: Int8Scheme) -> str:
+        """The int8 file beside the fp32 one (relative to ``folder``), quantised once."""
+        from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
+
+        suffix = f"int8_{scheme}"
+        relative = f"onnx/model_{suffix}.onnx"
+        target = folder / relative
+        if target.is_file():
+            return relative
+        logger.info("quantising the ONNX export in %s to int8 (%s, once)", folder, scheme)
+        fp32 = SentenceTransformer(
+            str(folder),
+            backend="onnx",
+            device="cpu",
+            model_kwargs={"file_name": "onnx/model.onnx", "provider": "CPUExecutionProvider"},
+        )
+        with tempfile.TemporaryDirectory(prefix=f".{folder.name}.", dir=folder.parent) as tmp:
+            export_dynamic_quantized_onnx_model(fp32, scheme, tmp, file_suffix=suffix)
+            # One file, renamed into place: readers see the whole file or none.
+            os.replace(Path(tmp) / relative, target)
+        return relative
+
+    # --- embedding ---------------------------------------------------------------------------
     def _effective_max_length(self) -> int | None:
         length = self._get_model().max_seq_length
         return None if length is None else int(length)
@@ -161,6 +334,24 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
             show_progress_bar=False,
         )
         return np.asarray(vecs, dtype=np.float32)
+
+    def _settings_key(self) -> dict[str, Any]:
+        # The runtime is a plain setting (already in the key); the int8 scheme is read from
+        # the CPU, so a fingerprint remembered on one machine is not reused on another.
+        key = super()._settings_key()
+        if self.int8_scheme is not None:
+            key["int8_scheme"] = self.int8_scheme
+        return key
+
+    def _version_extras(self) -> list[str]:
+        extras = super()._version_extras()
+        # ONNX Runtime's vectors differ from torch's in the last digits (fp32) or more
+        # (int8): never mixed in one index. torch adds nothing, so existing versions stay.
+        if self.runtime == "onnx":
+            extras.append("rt=onnx")
+        elif self.runtime == "onnx-int8":
+            extras.append(f"rt=onnx-int8/{self.int8_scheme}")
+        return extras
 
 
 class FlagEmbedder(_LocalModelEmbedder):
@@ -315,3 +506,47 @@ def _hash_files(root: str, key: tuple[tuple[str, int, int], ...]) -> str:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
     return digest.hexdigest()[:12]
+
+
+def default_onnx_cache() -> Path:
+    """``$XDG_CACHE_HOME/es-rag/onnx``, else ``~/.cache/es-rag/onnx``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(base) / "es-rag" / "onnx"
+
+
+@lru_cache(maxsize=1)
+def int8_scheme() -> Int8Scheme:
+    """The dynamic int8 quantisation that suits this CPU (sentence-transformers' names)."""
+    machine = platform.machine().lower()
+    if machine in ("arm64", "aarch64"):
+        return "arm64"
+    flags = _cpu_flags()
+    if flags & {"avx512_vnni", "avx512vnni", "avx_vnni"}:
+        return "avx512_vnni"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2"
+
+
+def _cpu_flags() -> set[str]:
+    """The x86 feature flags of /proc/cpuinfo (empty where there is none: not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+@contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """Only errors from logger ``name`` while the block runs."""
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)

@@ -38,15 +38,25 @@ RECORDED_KEYS = (
     "passage_prefix",
     "embedding_input_type",
     "analyzer_language",
+    "embedding_runtime",
 )
 # Recorded but never compared: how vectors are stored (a migration may change it and keep
 # the model) and where a remote model answers (two hosts may reach one server by two names).
 LOCATION_KEYS = ("similarity", "vector_index_type", "embedding_url")
+# Keys recorded only since a later es-rag: what an index recorded without them was made with.
+RECORDED_DEFAULTS: dict[str, Any] = {"embedding_runtime": "torch"}
 
 
 def recorded_settings(settings: Settings) -> dict[str, Any]:
     """What an index created with ``settings`` records of them in its ``_meta``."""
     return {k: getattr(settings, k) for k in (*RECORDED_KEYS, *LOCATION_KEYS)}
+
+
+def recorded_recipe(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The recorded keys of a ``_meta.settings``, with ``RECORDED_DEFAULTS`` for the keys
+    an older es-rag did not record."""
+    keys = (*RECORDED_KEYS, *LOCATION_KEYS)
+    return {**RECORDED_DEFAULTS, **{k: recorded[k] for k in keys if k in recorded}}
 
 
 @dataclass(frozen=True)
