@@ -197,13 +197,18 @@ def update_acl(self: Task, doc_id: str, acl: dict[str, Any]) -> int:
 def sync_directory(
     self: Task, folder: str, acl: dict[str, Any], metadata: dict[str, Any] | None = None
 ) -> dict[str, int]:
-    """Enqueue every file of ``folder`` and delete the tenant's documents whose files are gone."""
+    """Enqueue the new and changed files of ``folder`` (not the unchanged ones) and delete
+    the tenant's documents whose files are gone."""
     acl_payload = jobs.AclPayload.model_validate(acl)
     with _retrying(self):
-        payloads, gone = jobs.plan_sync(ingestor(self), folder, acl_payload, metadata)
-        for p in payloads:
+        plan = jobs.plan_sync(ingestor(self), folder, acl_payload, metadata)
+        for p in plan.enqueue:
             jobs.enqueue(ingestor(self), self.app, p)
         tenant = jobs.tenant_of(ingestor(self), acl_payload)
-        for doc_id in gone:
+        for doc_id in plan.delete:
             jobs.send(self.app, "es_rag.delete", [doc_id, tenant])
-    return {"enqueued": len(payloads), "deleted": len(gone)}
+    return {
+        "enqueued": len(plan.enqueue),
+        "unchanged": len(plan.unchanged),
+        "deleted": len(plan.delete),
+    }

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from es_rag.engine.index import STATE_BATCH
 from es_rag.engine.status import now_iso
 from es_rag.errors import InputError, QueueUnavailableError
 from es_rag.files import expand_paths
@@ -197,15 +199,26 @@ def expire_stuck(ingestor: Ingestor) -> list[str]:
     return ingestor.status.expire(running_for_s=ingestor.settings.task_time_limit + 60)
 
 
+@dataclass
+class SyncPlan:
+    """What makes the tenant's index mirror a folder (``plan_sync``)."""
+
+    enqueue: list[IngestPayload]  # new or changed files
+    unchanged: list[str]  # files whose rows are whole and from the same bytes: left alone
+    delete: list[str]  # doc ids under the folder whose files are gone
+
+
 def plan_sync(
     ingestor: Ingestor, folder: str, acl: AclPayload, metadata: dict[str, Any] | None = None
-) -> tuple[list[IngestPayload], list[str]]:
-    """(files to enqueue, doc ids to delete) to make the tenant's index mirror ``folder``.
+) -> SyncPlan:
+    """The files to enqueue and the doc ids to delete to make the tenant's index mirror
+    ``folder``.
 
-    Every supported file under ``folder`` is enqueued (an unchanged one costs one state
-    check in the worker and is skipped); the tenant's documents whose ids are paths under
-    ``folder`` but whose files are gone are deleted. Other tenants' documents are never
-    listed, whatever their ids.
+    A file whose rows are whole and were written from the same bytes, with this ACL and
+    metadata, is not enqueued (``Ingestor.unchanged_files``: a stat, and one state request
+    per 1,000 files), so a folder where one file changed enqueues that file only; the
+    tenant's documents whose ids are paths under ``folder`` but whose files are gone are
+    deleted. Other tenants' documents are never listed, whatever their ids.
     """
     root = Path(folder)
     if not root.is_dir():
@@ -217,7 +230,21 @@ def plan_sync(
     ]
     present = {p.key for p in payloads}
     prefix = str(root).rstrip("/") + "/"
-    if ingestor.index.exists():
-        ingestor.index.refresh()  # documents indexed a moment ago must count as present
+    if not ingestor.index.exists():
+        return SyncPlan(payloads, [], [])
+    ingestor.index.refresh()  # documents indexed a moment ago must count as present
     indexed = ingestor.index.doc_ids(tenant=tenant_of(ingestor, acl), prefix=prefix)
-    return payloads, sorted(d for d in indexed if d not in present)
+    unchanged: set[str] = set()
+    files = [(p.file, p.key) for p in payloads]
+    for start in range(0, len(files), STATE_BATCH):
+        found = ingestor.unchanged_files(
+            files[start : start + STATE_BATCH],
+            acl=acl.acl(case_sensitive=ingestor.settings.principal_case_sensitive),
+            metadata=metadata,
+        )
+        unchanged.update(found)
+    return SyncPlan(
+        [p for p in payloads if p.key not in unchanged],
+        sorted(unchanged),
+        sorted(d for d in indexed if d not in present),
+    )

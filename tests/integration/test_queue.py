@@ -432,12 +432,15 @@ def test_sync_directory_mirrors_a_folder(
     app = make_app(settings)
     acl = {"tenant": "acme", "public": True}
     first = app.send_task("es_rag.sync_directory", args=[str(folder), acl]).get(timeout=120)
-    assert first == {"enqueued": 2, "deleted": 0}
+    assert first == {"enqueued": 2, "unchanged": 0, "deleted": 0}
     for name in ("keep.md", "gone.md"):
         assert wait_status(env, str(folder / name), {"indexed", "failed"})["status"] == "indexed"
     (folder / "gone.md").unlink()
+    (folder / "new.md").write_text("# New\n\nThis document arrives later.\n")
     second = app.send_task("es_rag.sync_directory", args=[str(folder), acl]).get(timeout=120)
-    assert second == {"enqueued": 1, "deleted": 1}
+    # The unchanged file is not enqueued at all: only the new one is parsed and written.
+    assert second == {"enqueued": 1, "unchanged": 1, "deleted": 1}
+    assert wait_status(env, str(folder / "new.md"), {"indexed", "failed"})["status"] == "indexed"
     ingestor = Ingestor(settings)
     deadline = time.monotonic() + 60
     while str(folder / "gone.md") in ingestor.index.doc_ids(tenant="acme") and (
@@ -445,19 +448,26 @@ def test_sync_directory_mirrors_a_folder(
     ):
         time.sleep(0.5)
         ingestor.index.refresh()
-    assert ingestor.index.doc_ids(tenant="acme", prefix=str(folder)) == {str(folder / "keep.md")}
+    assert ingestor.index.doc_ids(tenant="acme", prefix=str(folder)) == {
+        str(folder / "keep.md"),
+        str(folder / "new.md"),
+    }
 
     # An ACL change through the worker: access fields only, visible at once.
     keep = str(folder / "keep.md")
     searcher = Searcher(settings)
     outsider = make_caller("acme", users=["user:eve"])
-    assert searcher.search("document stays", caller=outsider, k=3).hits
+
+    def found(caller: Any) -> list[str]:
+        return [h.doc_id for h in searcher.search("document stays", caller=caller, k=3).hits]
+
+    assert keep in found(outsider)
     restricted = {"tenant": "acme", "allow": ["group:keepers"]}
     updated = app.send_task("es_rag.update_acl", args=[keep, restricted]).get(timeout=120)
     assert updated >= 2
-    assert searcher.search("document stays", caller=outsider, k=3).hits == []
+    assert found(outsider) == [str(folder / "new.md")]  # public; keep.md is not theirs now
     keeper = make_caller("acme", groups=["group:keepers"])
-    assert [h.doc_id for h in searcher.search("document stays", caller=keeper, k=3).hits] == [keep]
+    assert found(keeper) == [keep, str(folder / "new.md")]
 
 
 def test_split_parse_and_embed_queues_with_the_celery_command(

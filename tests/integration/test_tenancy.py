@@ -145,12 +145,10 @@ def test_directory_sync_only_deletes_the_tenants_own_documents(
     # Both tenants have a document at a path under the folder that no longer exists.
     for tenant in ("acme", "globex"):
         ingestor.ingest(doc(tenant, f"# Gone\n\n{tenant}'s copy.", doc_id=gone), refresh=True)
-    payloads, to_delete = jobs.plan_sync(
-        ingestor, str(folder), jobs.AclPayload(tenant="ACME", public=True)
-    )
-    assert [p.key for p in payloads] == [str(folder / "keep.md")]
-    assert to_delete == [gone]
-    for d in to_delete:
+    plan = jobs.plan_sync(ingestor, str(folder), jobs.AclPayload(tenant="ACME", public=True))
+    assert [p.key for p in plan.enqueue] == [str(folder / "keep.md")]
+    assert plan.delete == [gone]
+    for d in plan.delete:
         jobs.run_delete(ingestor, d, jobs.tenant_of(ingestor, jobs.AclPayload(tenant="ACME")))
     ingestor.index.refresh()
     assert ingestor.index.doc_ids(tenant="acme") == set()
