@@ -664,11 +664,14 @@ class Ingestor(Parts):
         One state request per ``STATE_BATCH`` files; the rest is a ``stat`` per file (and
         a hash of the bytes where the time moved but the size did not).
         """
+        try:
+            acl = normalize_acl(acl, case_sensitive=self.settings.principal_case_sensitive)
+        except EsRagError:
+            return {}  # each file's own ingest reports the ACL's problem
         if not files:
             return {}
         if not self._ready:
             self.init_index()
-        acl = normalize_acl(acl, case_sensitive=self.settings.principal_case_sensitive)
         access = access_hash(acl, dict(metadata or {}))
         targets = self._targets()
         known = self._states(targets, [(acl.tenant_id, doc_id) for _, doc_id in files])
