@@ -27,7 +27,6 @@ from es_rag.chunking import (
 from es_rag.config import Settings
 from es_rag.embedding import Embedder
 from es_rag.engine.index import (
-    STATE_BATCH,
     WRITE_KEYS,
     ChunkIndex,
     DocState,
@@ -594,9 +593,7 @@ class Ingestor(Parts):
         readable = [(path, doc_id or str(path)) for path, problem in files if problem is None]
         unchanged: dict[str, IngestResult] = {}
         try:
-            for start in range(0, len(readable), STATE_BATCH):
-                part = readable[start : start + STATE_BATCH]
-                unchanged.update(self.unchanged_files(part, acl=acl, metadata=metadata))
+            unchanged = self.unchanged_files(readable, acl=acl, metadata=metadata)
         except EngineUnavailableError as exc:
             unavailable = str(exc)
 
@@ -661,8 +658,8 @@ class Ingestor(Parts):
         rows whole, written from the same bytes (size and time, or hash), at the same
         place, by the same recipe, with these access fields and metadata.
 
-        One state request per ``STATE_BATCH`` files; the rest is a ``stat`` per file (and
-        a hash of the bytes where the time moved but the size did not).
+        One state request per 1,000 files (ChunkIndex.doc_states); the rest is a ``stat``
+        per file (and a hash of the bytes where the time moved but the size did not).
         """
         try:
             acl = normalize_acl(acl, case_sensitive=self.settings.principal_case_sensitive)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from es_rag.engine.index import STATE_BATCH
 from es_rag.engine.status import now_iso
 from es_rag.errors import InputError, QueueUnavailableError
 from es_rag.files import expand_paths
@@ -234,15 +233,9 @@ def plan_sync(
         return SyncPlan(payloads, [], [])
     ingestor.index.refresh()  # documents indexed a moment ago must count as present
     indexed = ingestor.index.doc_ids(tenant=tenant_of(ingestor, acl), prefix=prefix)
-    unchanged: set[str] = set()
     files = [(p.file, p.key) for p in payloads]
-    for start in range(0, len(files), STATE_BATCH):
-        found = ingestor.unchanged_files(
-            files[start : start + STATE_BATCH],
-            acl=acl.acl(case_sensitive=ingestor.settings.principal_case_sensitive),
-            metadata=metadata,
-        )
-        unchanged.update(found)
+    caller_acl = acl.acl(case_sensitive=ingestor.settings.principal_case_sensitive)
+    unchanged = ingestor.unchanged_files(files, acl=caller_acl, metadata=metadata)
     return SyncPlan(
         [p for p in payloads if p.key not in unchanged],
         sorted(unchanged),
