@@ -63,6 +63,19 @@ class Settings(BaseSettings):
     embed_queue: str | None = Field(
         default=None, description="split ingestion: embed and index on this queue (GPU workers)"
     )
+    queue_batch_docs: int = Field(
+        default=64,
+        ge=1,
+        description="files sent together go to the workers as batches of up to this many: "
+        "parsed one by one, embedded and written together, status rows in one request each "
+        "way (1: one task per file)",
+    )
+    queue_batch_file_kb: int = Field(
+        default=256,
+        ge=0,
+        description="only files up to this size are batched; a larger one is a task of its "
+        "own (its own time limit, and a long parse never holds small files back)",
+    )
     task_soft_time_limit: int = Field(default=600, description="seconds; the task is told")
     task_time_limit: int = Field(default=900, description="seconds; the task is killed")
     visibility_timeout: int | None = Field(

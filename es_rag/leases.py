@@ -108,7 +108,7 @@ _PRIORITIES = (3, 6, 9)
 
 
 def broker_payloads(client: Any, queues: list[str], *, cap: int) -> list[dict[str, Any]] | None:
-    """The payload (first argument) of every es-rag message Redis holds: waiting in a queue
+    """The payloads of every es-rag message Redis holds (``_payloads``): waiting in a queue
     or taken by a worker and not acknowledged yet. None when more than ``cap`` messages
     wait: a backlog that long explains why documents wait, and is not worth decoding."""
     lists = [
@@ -124,16 +124,12 @@ def broker_payloads(client: Any, queues: list[str], *, cap: int) -> list[dict[st
             raw.append(json.dumps(json.loads(_text(value))[0]))
         except (ValueError, IndexError, TypeError):
             continue
-    out = []
-    for item in raw:
-        payload = _first_argument(item)
-        if payload is not None:
-            out.append(payload)
-    return out
+    return [payload for item in raw for payload in _payloads(item)]
 
 
-def _first_argument(raw: Any) -> dict[str, Any] | None:
-    """A Celery (protocol 2) message's first positional argument, if it is a dict."""
+def _payloads(raw: Any) -> list[dict[str, Any]]:
+    """The payloads a Celery (protocol 2) message carries: its first positional argument,
+    a dict (one document) or a list of dicts (a batch, ``es_rag.ingest_batch``)."""
     import base64
 
     try:
@@ -143,8 +139,13 @@ def _first_argument(raw: Any) -> dict[str, Any] | None:
             body = base64.b64decode(body).decode("utf-8")
         args = json.loads(body)[0]
     except (ValueError, KeyError, IndexError, TypeError):
-        return None
-    return args[0] if args and isinstance(args[0], dict) else None
+        return []
+    first = args[0] if args else None
+    if isinstance(first, dict):
+        return [first]
+    if isinstance(first, list):
+        return [p for p in first if isinstance(p, dict)]
+    return []
 
 
 def live_processes(live: dict[str, dict[str, Any]]) -> set[str]:

@@ -221,6 +221,11 @@ class Ingestor(Parts):
             for doc, out in zip(docs, self._ingest_batch(docs, refresh=refresh), strict=True)
         ]
 
+    def ingest_each(self, docs: Sequence[Document]) -> list[IngestResult | EsRagError]:
+        """``ingest_many`` with each failure as the error itself: a queue batch retries the
+        documents whose error is transient and fails the rest."""
+        return self._ingest_batch(docs, refresh=False)
+
     def _ingest_batch(
         self, docs: Sequence[Document], *, refresh: bool
     ) -> list[IngestResult | EsRagError]:

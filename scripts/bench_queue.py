@@ -10,9 +10,11 @@ In one run, on the same server, texts and model (all-MiniLM-L6-v2):
   all the texts in one call and es-rag's embedder on the same texts, in this process,
   best of 4 interleaved rounds (their ratio is reported too);
 - es-rag through the queue, for each N in --workers: N ``es-rag worker --pool solo``
-  processes (models loaded and warm before the clock starts), every text enqueued as one
-  file (`es-rag ingest --queue` semantics: a status row, then a task), the clock stopping
-  when the status index shows every document indexed;
+  processes (models loaded and warm before the clock starts), every text (or --per-doc
+  texts) a Markdown file, all of them sent as `es-rag ingest --queue FILES` sends them
+  (``jobs.enqueue_files``: batches of ``ES_RAG_QUEUE_BATCH_DOCS`` small files, each a bulk
+  of status rows and one message), the clock stopping when the status index shows every
+  document indexed;
 - langchain-elasticsearch ``add_texts`` (``DenseVectorStrategy``), through the driver of
   scripts/bench_peers.py (its own virtualenv), unless --no-peer.
 
@@ -162,11 +164,10 @@ def queue_run(
             jobs.enqueue(ingestor, app, p)
         wait_all(ingestor, len(warm), 300)
         t0 = time.perf_counter()
-        keys = []
-        for path in files:
-            payload = jobs.IngestPayload(path=str(path), doc_id=path.stem, **acl)
-            jobs.enqueue(ingestor, app, payload)
-            keys.append(payload.key)
+        # As `es-rag ingest --queue FILES` sends them: small files in batches.
+        keys, _ = jobs.enqueue_files(
+            ingestor, app, [(path, None) for path in files], jobs.AclPayload(**acl)
+        )
         rows = wait_all(ingestor, len(keys) + len(warm), 3600)
         chunks = sum(int(r.get("chunks") or 0) for r in rows if r["doc_id"] in set(keys))
         seconds = time.perf_counter() - t0

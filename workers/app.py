@@ -135,6 +135,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_queues=[Queue(name) for name in s.queues],
         task_routes={
             "es_rag.ingest": {"queue": s.parse_queue or s.queue},
+            "es_rag.ingest_batch": {"queue": s.parse_queue or s.queue},
             "es_rag.index_document": {"queue": s.embed_queue or s.queue},
         },
         task_serializer="json",

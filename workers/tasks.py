@@ -139,6 +139,51 @@ def ingest(self: Task, payload: dict[str, Any]) -> dict[str, Any]:
     return _run(self, p, None)
 
 
+@shared_task(name="es_rag.ingest_batch", bind=True, ignore_result=True)
+def ingest_batch(self: Task, payloads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ingest small files sent together (es_rag.jobs.run_batch): parsed one by one,
+    embedded and written together. The message is acknowledged when this returns; the
+    documents whose failure was transient are sent again as a smaller batch."""
+    batch = [jobs.IngestPayload.model_validate(p) for p in payloads]
+    countdown = _countdown(self)
+    try:
+        outcome = jobs.run_batch(
+            ingestor(self),
+            batch,
+            attempt=self.request.retries + 1,
+            max_attempts=_max_attempts(self),
+            task_id=self.request.id,
+            retry_in=countdown,
+        )
+    except SoftTimeLimitExceeded:
+        return _batch_timed_out(self, batch)
+    except Exception as exc:
+        if jobs.is_transient(exc):  # the status index itself is away: all of it again
+            raise _retry(self, exc, countdown) from exc
+        raise
+    if outcome.retry:
+        raise self.retry(
+            args=[[p.model_dump() for p in outcome.retry]],
+            countdown=countdown,
+            max_retries=settings_of(self).task_max_retries,
+        )
+    statuses: dict[str, int] = {}
+    for r in outcome.results:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    return {"documents": len(batch), "statuses": statuses}
+
+
+def _batch_timed_out(task: Task, batch: list[jobs.IngestPayload]) -> dict[str, Any]:
+    """The batch reached its soft limit: every document goes back to the queue as a task
+    of its own, with a time limit of its own. The file being parsed is not failed here: its
+    batch's time is not its own, and alone it times out (and fails) only on its own time."""
+    log.warning("batch %s reached its soft time limit: %d document(s) sent again one by one",
+                task.request.id, len(batch))  # fmt: skip
+    for p in batch:
+        jobs.enqueue(ingestor(task), task.app, p)
+    return {"documents": len(batch), "timed_out": True}
+
+
 def _parse_then_hand_over(
     task: Task, p: jobs.IngestPayload, payload: dict[str, Any]
 ) -> dict[str, Any]:
@@ -202,8 +247,7 @@ def sync_directory(
     acl_payload = jobs.AclPayload.model_validate(acl)
     with _retrying(self):
         plan = jobs.plan_sync(ingestor(self), folder, acl_payload, metadata)
-        for p in plan.enqueue:
-            jobs.enqueue(ingestor(self), self.app, p)
+        jobs.enqueue_many(ingestor(self), self.app, plan.enqueue)
         tenant = jobs.tenant_of(ingestor(self), acl_payload)
         for doc_id in plan.delete:
             jobs.send(self.app, "es_rag.delete", [doc_id, tenant])

@@ -95,15 +95,6 @@ def requeue(
     owner = tenant_of(settings, tenant)
     run(ingestor.status.refresh)
     rows = run(lambda: ingestor.status.rows(status="failed", since=since, tenant=owner))
-    sent = []
-    for row in rows:
-        if not row.get("payload"):
-            continue
-        payload = jobs.IngestPayload.model_validate(row["payload"])
-
-        def send(p: jobs.IngestPayload = payload) -> None:
-            jobs.enqueue(ingestor, celery_app, p)
-
-        run(send)
-        sent.append(payload.key)
-    typer.echo(json.dumps({"requeued": sent}, ensure_ascii=False))
+    payloads = [jobs.IngestPayload.model_validate(r["payload"]) for r in rows if r.get("payload")]
+    run(lambda: jobs.enqueue_many(ingestor, celery_app, payloads))
+    typer.echo(json.dumps({"requeued": [p.key for p in payloads]}, ensure_ascii=False))

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from es_rag.engine.base import Engine
 from es_rag.engine.mapping import index_body
+from es_rag.errors import BulkIndexingError, BulkRejectedError
 
 STATUSES = ("queued", "running", "indexed", "skipped", "failed")
 STATUS_MAPPING = "status-v2.json"
@@ -82,6 +84,40 @@ class StatusIndex:
         }
         row.update({k: v for k, v in fields.items() if v is not None})
         self.engine.put(self.name, status_key(tenant, doc_id), row)
+
+    def record_many(self, rows: Sequence[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """``record`` for many documents in one bulk request: a queue batch's rows (one
+        request, not one per document). Rows the server refuses raise ``BulkIndexingError``
+        (``BulkRejectedError`` when every refusal was for load, after the client's retries).
+        """
+        if not rows:
+            return
+        self.ensure()
+        actions = []
+        for tenant, doc_id, status, fields in rows:
+            if status not in STATUSES:
+                raise ValueError(f"unknown status {status!r}")
+            row = {
+                "kind": "status",
+                "tenant_id": tenant,
+                "doc_id": doc_id,
+                "status": status,
+                "updated_at": now_iso(),
+            }
+            row.update({k: v for k, v in fields.items() if v is not None})
+            actions.append({"_index": self.name, "_id": status_key(tenant, doc_id), "_source": row})
+        failures = [
+            item
+            for ok, item in self.engine.streaming_bulk(
+                actions, chunk_size=500, max_retries=3, initial_backoff=0.5
+            )
+            if not ok
+        ]
+        if failures:
+            errors: list[dict[str, Any]] = [next(iter(f.values()), {}) for f in failures]
+            load = all(e.get("status") in (429, 503) for e in errors)
+            cls = BulkRejectedError if load else BulkIndexingError
+            raise cls(f"{len(failures)} status row(s) not written: {errors[0]}", errors)
 
     def get(self, tenant: str, doc_id: str) -> dict[str, Any] | None:
         self.ensure()

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from es_rag.jobs.operate import (
     FINAL,
+    batches,
     enqueue,
     enqueue_files,
+    enqueue_many,
     expire_stuck,
     plan_sync,
     send,
@@ -21,6 +23,7 @@ from es_rag.jobs.operate import (
     wait_for,
 )
 from es_rag.jobs.payloads import (
+    BATCH_TASK,
     INGEST_TASK,
     AclPayload,
     DocumentPayload,
@@ -28,11 +31,13 @@ from es_rag.jobs.payloads import (
     tenant_of,
 )
 from es_rag.jobs.work import (
+    BatchOutcome,
     hit_time_limit,
     is_transient,
     parse,
     record_failure,
     record_retry,
+    run_batch,
     run_delete,
     run_ingest,
     run_update_acl,
@@ -41,13 +46,17 @@ from es_rag.jobs.work import (
 )
 
 __all__ = [
+    "BATCH_TASK",
     "FINAL",
     "INGEST_TASK",
     "AclPayload",
+    "BatchOutcome",
     "DocumentPayload",
     "IngestPayload",
+    "batches",
     "enqueue",
     "enqueue_files",
+    "enqueue_many",
     "expire_stuck",
     "hit_time_limit",
     "is_transient",
@@ -55,6 +64,7 @@ __all__ = [
     "plan_sync",
     "record_failure",
     "record_retry",
+    "run_batch",
     "run_delete",
     "run_ingest",
     "run_update_acl",

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from es_rag.config import Settings
 from es_rag.engine.status import now_iso
 from es_rag.errors import InputError, QueueUnavailableError
 from es_rag.files import expand_paths
-from es_rag.jobs.payloads import INGEST_TASK, AclPayload, IngestPayload, tenant_of
+from es_rag.jobs.payloads import BATCH_TASK, INGEST_TASK, AclPayload, IngestPayload, tenant_of
 from es_rag.pipeline import Ingestor
 
 
@@ -52,6 +53,71 @@ def enqueue(ingestor: Ingestor, app: Any, payload: IngestPayload, *, retry: bool
 FINAL = ("indexed", "skipped", "failed")
 
 
+def batches(settings: Settings, payloads: list[IngestPayload]) -> list[list[IngestPayload]]:
+    """How payloads travel: files up to ``queue_batch_file_kb`` in batches of up to
+    ``queue_batch_docs`` (one ``es_rag.ingest_batch`` message each), larger ones alone.
+
+    A split deployment (parse queue, embed queue) sends one document a message: its two
+    halves hand documents over one by one.
+    """
+    s = settings
+    split = bool(s.embed_queue) and s.embed_queue != (s.parse_queue or s.queue)
+    size = 1 if split else s.queue_batch_docs
+    small: list[IngestPayload] = []
+    alone: list[list[IngestPayload]] = []
+    for p in payloads:
+        try:
+            fits = p.file.stat().st_size <= s.queue_batch_file_kb * 1024
+        except OSError:
+            fits = True  # the worker reports why it cannot be read, cheaply
+        if size > 1 and fits:
+            small.append(p)
+        else:
+            alone.append([p])
+    return [small[i : i + size] for i in range(0, len(small), size)] + alone
+
+
+def enqueue_many(
+    ingestor: Ingestor, app: Any, payloads: list[IngestPayload], *, retry: bool = True
+) -> int:
+    """``enqueue`` for many documents: small files travel together (``batches``), each
+    message after one bulk of its documents' ``queued`` rows. Returns how many were sent.
+
+    A dead broker fails at the first send: that message's documents are recorded
+    ``failed`` (requeue-able) and the error says how many went before them.
+    """
+    sent = 0
+    for group in batches(ingestor.settings, payloads):
+        rows = [
+            (
+                tenant_of(ingestor, p),
+                p.key,
+                "queued",
+                {"payload": p.model_dump(), "attempts": 0, "queued_at": now_iso()},
+            )
+            for p in group
+        ]
+        ingestor.status.record_many(rows)
+        try:
+            if len(group) == 1:
+                send(app, INGEST_TASK, [group[0].model_dump()], ignore_result=True, retry=retry)
+            else:
+                args = [[p.model_dump() for p in group]]
+                send(app, BATCH_TASK, args, ignore_result=True, retry=retry)
+        except QueueUnavailableError as exc:
+            failed = [
+                (t, key, "failed", {**f, "error_type": type(exc).__name__, "error": str(exc)})
+                for t, key, _, f in rows
+            ]
+            ingestor.status.record_many(failed)
+            raise QueueUnavailableError(
+                f"cannot enqueue: Redis at {ingestor.settings.redis_url} is unreachable; "
+                f"{sent} document(s) were queued before it failed"
+            ) from exc
+        sent += len(group)
+    return sent
+
+
 def enqueue_files(
     ingestor: Ingestor,
     app: Any,
@@ -62,44 +128,26 @@ def enqueue_files(
     doc_version: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """(doc ids queued, rows of files that cannot be read), one task per file.
-
-    A dead broker fails at the first send (nothing is retried silently): that document
-    is recorded ``failed`` (requeue-able) and the error says how many went before it.
-    """
-    tenant = tenant_of(ingestor, acl)
-    queued: list[str] = []
+    """(doc ids queued, rows of files that cannot be read); small files travel together
+    (``enqueue_many``), and a dead broker is a ``QueueUnavailableError``."""
+    payloads: list[IngestPayload] = []
     unreadable: list[dict[str, Any]] = []
     for path, problem in files:
         key = doc_id or str(path)
         if problem:
             unreadable.append({"doc_id": key, "status": "failed", "error": problem, "attempts": 0})
             continue
-        payload = IngestPayload(
-            path=str(path.resolve()),
-            doc_id=key,
-            doc_version=doc_version,
-            metadata=dict(metadata or {}),
-            **acl.model_dump(),
-        )
-        try:
-            enqueue(ingestor, app, payload, retry=False)
-        except QueueUnavailableError as exc:
-            ingestor.status.record(
-                tenant,
-                key,
-                "failed",
-                payload=payload.model_dump(),
-                attempts=0,
-                error_type=type(exc).__name__,
-                error=str(exc),
+        payloads.append(
+            IngestPayload(
+                path=str(path.resolve()),
+                doc_id=key,
+                doc_version=doc_version,
+                metadata=dict(metadata or {}),
+                **acl.model_dump(),
             )
-            raise QueueUnavailableError(
-                f"cannot enqueue: Redis at {ingestor.settings.redis_url} is unreachable; "
-                f"{len(queued)} document(s) were queued before it failed"
-            ) from exc
-        queued.append(key)
-    return queued, unreadable
+        )
+    enqueue_many(ingestor, app, payloads, retry=False)
+    return [p.key for p in payloads], unreadable
 
 
 def wait_for(

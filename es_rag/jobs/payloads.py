@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from es_rag.pipeline import Ingestor
 
 INGEST_TASK = "es_rag.ingest"
+BATCH_TASK = "es_rag.ingest_batch"
 
 
 class AclPayload(BaseModel):

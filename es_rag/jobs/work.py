@@ -9,10 +9,12 @@ mismatch, a blocked index) are recorded ``failed`` once and not retried.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -161,6 +163,163 @@ def run_ingest(
         finished_at=now_iso(),
     )
     return result
+
+
+@dataclass
+class BatchOutcome:
+    results: list[IngestResult]
+    retry: list[IngestPayload] = field(default_factory=list)  # transient: send again
+
+
+def run_batch(
+    ingestor: Ingestor,
+    payloads: list[IngestPayload],
+    *,
+    attempt: int = 1,
+    max_attempts: int = 1,
+    task_id: str | None = None,
+    retry_in: float | None = None,
+) -> BatchOutcome:
+    """Ingest files sent together: one bulk of ``running`` rows, one stamp check (files
+    unchanged since they were indexed are skipped unparsed), each file parsed in turn,
+    then every document embedded and written together (``Ingestor.ingest_each``: one
+    embedding stream sorted by length, one state request, one bulk stream), and one bulk
+    of outcomes.
+
+    A document's own permanent failure fails it alone. A transient one (its own, or the
+    whole batch's, such as the search server going away mid-write) is recorded ``queued``
+    and the document returned in ``retry`` before the last attempt, ``failed`` on it.
+    Nothing here is acknowledged: the caller's message is, after this returns, so a worker
+    killed mid-batch leaves the whole batch to be delivered again, and what it had written
+    is then skipped as unchanged.
+    """
+    n = len(payloads)
+    tenants = [tenant_of(ingestor, p) for p in payloads]
+    started = now_iso()
+    bases = [{**_base_fields(p, attempt, task_id), "started_at": started} for p in payloads]
+    previous = [
+        _retry_error(ingestor, t, p.key) if attempt > 1 else None
+        for t, p in zip(tenants, payloads, strict=True)
+    ]
+    ingestor.status.record_many(
+        [
+            (t, p.key, "running", {**b, "retry_error": e})
+            for t, p, b, e in zip(tenants, payloads, bases, previous, strict=True)
+        ]
+    )
+    t0 = time.perf_counter()
+    outcomes: list[IngestResult | EsRagError | None] = [None] * n
+    parse_ms: dict[int, float] = {}
+    try:
+        for i, result in _unchanged(ingestor, payloads).items():
+            outcomes[i] = result
+        docs, at = [], []
+        for i, p in enumerate(payloads):
+            if outcomes[i] is not None:
+                continue
+            try:
+                doc = parse(ingestor, p)
+            except EsRagError as exc:
+                if hit_time_limit(exc):
+                    raise SoftTimeLimitExceeded(str(exc)) from exc
+                outcomes[i] = exc
+            else:
+                parse_ms[i] = doc.parse_ms
+                docs.append(doc.document)
+                at.append(i)
+        if docs:
+            for i, out in zip(at, ingestor.ingest_each(docs), strict=True):
+                outcomes[i] = out
+    except EsRagError as exc:
+        if hit_time_limit(exc):
+            raise SoftTimeLimitExceeded(str(exc)) from exc
+        # The whole batch's failure (a server gone mid-write) is each unfinished document's.
+        for j, o in enumerate(outcomes):
+            if o is None:
+                outcomes[j] = exc
+    total_ms = (time.perf_counter() - t0) * 1000.0
+    retry_at = None
+    if retry_in is not None:
+        retry_at = (datetime.now(timezone.utc) + timedelta(seconds=retry_in)).isoformat()
+    rows: list[tuple[str, str, str, dict[str, Any]]] = []
+    results: list[IngestResult] = []
+    retry: list[IngestPayload] = []
+    for i, (p, outcome) in enumerate(zip(payloads, outcomes, strict=True)):
+        assert outcome is not None
+        out = outcome
+        if isinstance(out, EsRagError) and is_transient(out) and attempt < max_attempts:
+            fields = {**bases[i], "retry_error": f"{type(out).__name__}: {out}"}
+            fields.update(started_at=None, retry_at=retry_at)
+            rows.append((tenants[i], p.key, "queued", fields))
+            retry.append(p)
+            continue
+        if isinstance(out, EsRagError):
+            out = IngestResult(
+                doc_id=p.key,
+                tenant=tenants[i],
+                status="failed",
+                error=str(out),
+                error_type=type(out).__name__,
+                reason="retries-exhausted" if is_transient(out) else None,
+            )
+        timings = dict(out.timings_ms)
+        if i in parse_ms:
+            timings["parse"] = parse_ms[i]
+        timings["total"] = total_ms  # the batch's: every document in it ends together
+        rows.append(
+            (
+                tenants[i],
+                p.key,
+                out.status,
+                {
+                    **bases[i],
+                    "retry_error": previous[i],
+                    "reason": out.reason,
+                    "error": out.error,
+                    "error_type": out.error_type,
+                    "chunks": out.chunks,
+                    "deleted": out.deleted,
+                    "timings_ms": timings,
+                    "finished_at": now_iso(),
+                },
+            )
+        )
+        results.append(out)
+    if retry:
+        log.warning(
+            "%d of %d document(s) in batch %s will be retried (attempt %d of %d)",
+            len(retry),
+            n,
+            task_id,
+            attempt,
+            max_attempts,
+        )
+    ingestor.status.record_many(rows)
+    return BatchOutcome(results, retry)
+
+
+def _unchanged(ingestor: Ingestor, payloads: list[IngestPayload]) -> dict[int, IngestResult]:
+    """Positions of files needing no parse (``Ingestor.unchanged_files``): one check per
+    access group (a batch from one sender shares its ACL and metadata)."""
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(payloads):
+        if p.doc_version is None:  # a versioned payload goes through its fence instead
+            access = [p.tenant, p.public, p.allow, p.deny, p.metadata]
+            groups.setdefault(json.dumps(access, sort_keys=True, default=str), []).append(i)
+    out: dict[int, IngestResult] = {}
+    case_sensitive = ingestor.settings.principal_case_sensitive
+    for positions in groups.values():
+        first = payloads[positions[0]]
+        try:
+            acl = first.acl(case_sensitive=case_sensitive)
+        except EsRagError:
+            continue  # each document's own ingest reports the ACL's problem
+        files = [(payloads[i].file, payloads[i].key) for i in positions]
+        found = ingestor.unchanged_files(files, acl=acl, metadata=first.metadata)
+        for i in positions:
+            if payloads[i].key in found:
+                out[i] = found[payloads[i].key]
+    return out
 
 
 def _retry_error(ingestor: Ingestor, tenant: str, doc_id: str) -> str | None:

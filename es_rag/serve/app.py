@@ -763,7 +763,7 @@ class Origins:
 
 
 def _enqueue(service: Service, who: Identity, body: m.DocumentsRequest) -> dict[str, Any]:
-    from es_rag.jobs import IngestPayload, enqueue
+    from es_rag.jobs import IngestPayload, enqueue_many
 
     s = service.settings
     roots = [r.resolve() for r in s.ingest_roots]
@@ -802,9 +802,7 @@ def _enqueue(service: Service, who: Identity, body: m.DocumentsRequest) -> dict[
         payloads.append(payload)
     if refused:
         raise LimitError("nothing was queued: " + "; ".join(refused[:20]))
-    ingestor, app = service.ingestor, service.celery
-    for payload in payloads:
-        enqueue(ingestor, app, payload, retry=False)
+    enqueue_many(service.ingestor, service.celery, payloads, retry=False)
     return {
         "tenant": who.tenant,
         "queued": [{"doc_id": p.key, "path": p.path} for p in payloads],

@@ -246,6 +246,66 @@ def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
     assert got == want
 
 
+def test_kill_9_mid_batch_loses_nothing_and_duplicates_nothing(
+    env: dict[str, str],
+    workers: Callable[[dict[str, str]], Worker],
+    tmp_path: Path,
+    engine: Engine,
+) -> None:
+    """Small files sent together travel as one message and are written together; a worker
+    killed mid-batch leaves the whole batch to a new worker, which ends with exactly the
+    rows of a clean run of the same files."""
+    import redis
+
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    for i in range(24):
+        big_document(folder / f"part-{i:02d}.md", paragraphs=12 + i % 3)
+    proc = cli(env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public")
+    assert proc.returncode == 0, proc.stderr
+    client = redis.Redis.from_url(env["ES_RAG_REDIS_URL"])
+    assert client.llen(env["ES_RAG_QUEUE"]) == 1  # 24 documents, one message
+    client.close()
+    keys = [str(p) for p in sorted(folder.iterdir())]
+    status = Ingestor(settings_of(env)).status
+
+    def rows() -> dict[str, dict[str, Any]]:
+        status.refresh()
+        return {r["doc_id"]: r for r in status.rows(tenant="acme")}
+
+    assert {r["status"] for r in rows().values()} == {"queued"} and len(rows()) == 24
+    first = workers(env)
+    wait_status(env, keys[-1], {"running"}, timeout=60)
+    time.sleep(0.5)  # inside the embedding of the batch's ~300 chunks
+    first.kill9()
+    # A batch's outcomes are written together: nothing is final, all of it comes back.
+    assert {r["status"] for r in rows().values()} == {"running"}
+
+    workers(env)  # a new worker; Redis hands the unacknowledged batch back after 20 s
+    deadline = time.monotonic() + 240
+    while not all(r["status"] in ("indexed", "skipped", "failed") for r in rows().values()):
+        assert time.monotonic() < deadline, rows()
+        time.sleep(0.5)
+    final = rows()
+    assert {r["status"] for r in final.values()} <= {"indexed", "skipped"}, final
+    assert len({r["task_id"] for r in final.values()}) == 1  # still one batch
+    alias = env["ES_RAG_INDEX"]
+    engine.refresh(alias)
+    got = {h["_id"] for h in engine.scan(alias, {"query": {"terms": {"doc_id": keys}}})}
+    clean = settings_of(env).model_copy(update={"index": unique_index("clean")})
+    try:
+        results = Ingestor(clean, client=engine).ingest_paths(
+            [folder], acl=make_acl("acme", public=True)
+        )
+        assert {r.status for r in results} == {"indexed"}
+        engine.refresh(clean.index)
+        want = {h["_id"] for h in engine.scan(clean.index, {"query": {"terms": {"doc_id": keys}}})}
+    finally:
+        drop_alias(engine, clean.index)
+    assert len(want) == sum(r.chunks + r.parents for r in results)
+    assert got == want
+
+
 def test_acl_update_changes_visibility_without_embedding(
     make_settings: Callable[..., Settings], engine: Engine, embedder: Any, analyzer: Any
 ) -> None:
@@ -693,6 +753,8 @@ def test_an_embedding_server_outage_is_retried_until_every_document_is_indexed(
         "ES_RAG_EMBEDDING_TIMEOUT": "5",
         "ES_RAG_TASK_RETRY_BACKOFF_MAX": "3",
         "ES_RAG_TASK_MAX_RETRIES": "30",
+        # Batches of 5: the outage strikes mid-stream, and whole batches are retried.
+        "ES_RAG_QUEUE_BATCH_DOCS": "5",
     }
     folder = tmp_path / "docs"
     folder.mkdir()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import pickle
+from pathlib import Path
+from typing import Any
 
 import kombu.exceptions
 import pytest
@@ -156,3 +160,44 @@ def test_a_wrapped_time_limit_is_recognised() -> None:
     except EmbeddingError as exc:
         assert jobs.hit_time_limit(exc)
     assert not jobs.hit_time_limit(EmbeddingError("model returned NaN"))
+
+
+def test_small_files_travel_in_batches_and_large_ones_alone(tmp_path: Path) -> None:
+    def payload(name: str, size: int | None) -> jobs.IngestPayload:
+        path = tmp_path / name
+        if size is not None:
+            path.write_bytes(b"x" * size)
+        return jobs.IngestPayload(path=str(path), tenant="acme", public=True)
+
+    small = [payload(f"s{i}.md", 100) for i in range(5)]
+    large = payload("large.pdf", 5000)
+    missing = payload("gone.md", None)  # the worker reports it, cheaply, in a batch
+    settings = Settings(queue_batch_docs=3, queue_batch_file_kb=1)
+    groups = jobs.batches(settings, [small[0], large, *small[1:], missing])
+    keys = [[p.path.rsplit("/", 1)[1] for p in g] for g in groups]
+    assert keys == [["s0.md", "s1.md", "s2.md"], ["s3.md", "s4.md", "gone.md"], ["large.pdf"]]
+    # One a message: batching off, or a split deployment (its halves hand over one by one).
+    for off in (Settings(queue_batch_docs=1), Settings(parse_queue="cpu", embed_queue="gpu")):
+        assert [len(g) for g in jobs.batches(off, small)] == [1] * 5
+
+
+def _celery_message(args: list[Any]) -> str:
+    """A message as kombu's Redis transport stores it (Celery protocol 2, base64 body)."""
+    body = base64.b64encode(json.dumps([args, {}, {}]).encode()).decode()
+    return json.dumps({"body": body, "properties": {"body_encoding": "base64"}})
+
+
+def test_the_lost_message_check_reads_single_and_batch_messages() -> None:
+    from es_rag.leases import _payloads
+
+    one = {"path": "/d/a.md", "tenant": "acme"}
+    two = {"path": "/d/b.md", "tenant": "acme"}
+    assert _payloads(_celery_message([one])) == [one]
+    assert _payloads(_celery_message([[one, two]])) == [one, two]
+    assert _payloads(_celery_message(["folder", {"tenant": "acme"}])) == []  # a sync task
+    assert _payloads("not json") == []
+
+
+def test_batches_route_like_single_documents() -> None:
+    conf = make_app(Settings(parse_queue="cpu", embed_queue="gpu")).conf
+    assert conf.task_routes["es_rag.ingest_batch"] == conf.task_routes["es_rag.ingest"]
