@@ -14,24 +14,65 @@ what a reader sees in the source, and what BM25 and the embedding get.
 from __future__ import annotations
 
 import html as html_lib
+import re
 from collections.abc import Sequence
 from functools import cache
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from es_rag.errors import ParseLimitError
 from es_rag.types import Element
+
+_CONTAINERS = frozenset(
+    {
+        "blockquote_open",
+        "blockquote_close",
+        "bullet_list_open",
+        "bullet_list_close",
+        "ordered_list_open",
+        "ordered_list_close",
+    }
+)
+
+
+# Block quotes and lists nested deeper are refused, as HTML nested deeper than its
+# parsers read is: markdown-it-py stops nesting at ``maxNesting`` (20 by default) and drops
+# what lies below without a word, and recurses once per level of quotes.
+MAX_DEPTH = 250
+_PREFIX = re.compile(r"^[ \t>*+\-\d.)]*", re.MULTILINE)
 
 
 @cache
 def _parser() -> MarkdownIt:
-    # Raw HTML stays text (a document is not a web page); tables are GFM's.
-    return MarkdownIt("commonmark", {"html": False}).enable("table")
+    # Raw HTML stays text (a document is not a web page); tables are GFM's. A list level
+    # is two tokens deep (the list and its item).
+    options = {"html": False, "maxNesting": 2 * MAX_DEPTH + 20}
+    return MarkdownIt("commonmark", options).enable("table")
+
+
+def _too_deep(depth: int) -> ParseLimitError:
+    return ParseLimitError(
+        f"the text nests {depth:,} block quotes or lists deep; es-rag reads {MAX_DEPTH}",
+        limit="depth",
+    )
 
 
 def text_elements(text: str) -> list[Element]:
-    """The elements of Markdown-flavoured text, in reading order."""
+    """The elements of Markdown-flavoured text, in reading order; ``ParseLimitError``
+    (depth) for quotes or lists nested deeper than ``MAX_DEPTH``."""
+    # Before the parser, which would recurse that deep: the quote markers opening a line.
+    quotes = max((m.group().count(">") for m in _PREFIX.finditer(text)), default=0)
+    if quotes > MAX_DEPTH:
+        raise _too_deep(quotes)
     tokens = _parser().parse(text)
+    depth = deepest = 0
+    for tok in tokens:
+        if tok.type in _CONTAINERS:
+            depth += tok.nesting
+            deepest = max(deepest, depth)
+    if deepest > MAX_DEPTH:
+        raise _too_deep(deepest)
     out: list[Element] = []
     lists: list[tuple[str, int | None]] = []  # (marker, next number) of each open list
     in_item = in_quote = 0

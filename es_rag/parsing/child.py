@@ -336,13 +336,10 @@ def _markdown(path: str, options: ParseOptions) -> ParsedFile:
     same elements for a file and for its text, and no Unstructured partition (about 70
     ms for a note of two lines, which made small files cost far more than their
     embedding). Cheap and linear enough to run without a child (``Parser.parse``)."""
-    import markdown
-
     from es_rag.markdown import text_elements
 
     text, _ = _decoded(path)
-    # Deep nesting (block quotes, lists) is refused as before, at the same depth.
-    _check_depth(markdown.markdown(text, extensions=["tables", "fenced_code"]).encode())
+    # Quotes and lists nested too deep are refused there (es_rag.markdown.MAX_DEPTH).
     return ParsedFile(mime=detect.MARKDOWN, elements=text_elements(text))
 
 

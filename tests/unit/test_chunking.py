@@ -688,3 +688,24 @@ def test_random_documents_lose_and_repeat_nothing(seed: int) -> None:
         if set(chunk.element_types) <= {"text", "list_item"}:
             assert count_words(chunk.content) <= size
     assert rebuilt == doc.order
+
+
+def test_deep_quotes_and_lists_are_read_whole_or_refused_never_cut() -> None:
+    """markdown-it stops nesting at 20 levels by default and drops what lies below; es-rag
+    reads up to MAX_DEPTH levels whole and refuses deeper text (and never recurses there)."""
+    from es_rag.errors import ParseLimitError
+    from es_rag.markdown import MAX_DEPTH
+
+    quoted = "> " * 40 + "the deep quotation\n\nafter"
+    assert any("the deep quotation" in e.text for e in text_elements(quoted))
+    listed = "".join("  " * i + f"- item {i}\n" for i in range(60))
+    assert sum(e.text.strip().startswith("- item") for e in text_elements(listed)) == 60
+    for deep in (
+        ">" * (MAX_DEPTH + 1) + " x",
+        "> " * 2000 + "x",
+        "".join("  " * i + "- item\n" for i in range(MAX_DEPTH + 20)),
+        "".join("  " * i + "- > q\n" for i in range(600)),
+    ):
+        with pytest.raises(ParseLimitError, match="nests") as info:
+            text_elements(deep)
+        assert info.value.limit == "depth"
