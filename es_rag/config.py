@@ -70,11 +70,12 @@ class Settings(BaseSettings):
         "parsed one by one, embedded and written together, status rows in one request each "
         "way (1: one task per file)",
     )
-    queue_batch_file_kb: int = Field(
-        default=256,
+    queue_batch_kb: int = Field(
+        default=64,
         ge=0,
-        description="only files up to this size are batched; a larger one is a task of its "
-        "own (its own time limit, and a long parse never holds small files back)",
+        description="a batch closes before its files pass this many KB together, and a "
+        "larger file is a message of its own (its own time limit; a long parse holds no "
+        "small file back); small batches also spread over every worker",
     )
     task_soft_time_limit: int = Field(default=600, description="seconds; the task is told")
     task_time_limit: int = Field(default=900, description="seconds; the task is killed")

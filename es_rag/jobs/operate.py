@@ -54,27 +54,37 @@ FINAL = ("indexed", "skipped", "failed")
 
 
 def batches(settings: Settings, payloads: list[IngestPayload]) -> list[list[IngestPayload]]:
-    """How payloads travel: files up to ``queue_batch_file_kb`` in batches of up to
-    ``queue_batch_docs`` (one ``es_rag.ingest_batch`` message each), larger ones alone.
+    """How payloads travel: small files together, in batches of up to ``queue_batch_docs``
+    files and ``queue_batch_kb`` KB (one ``es_rag.ingest_batch`` message each), a file
+    larger than that alone. Capping the bytes keeps batches of larger files small enough
+    to spread over every worker.
 
     A split deployment (parse queue, embed queue) sends one document a message: its two
     halves hand documents over one by one.
     """
     s = settings
     split = bool(s.embed_queue) and s.embed_queue != (s.parse_queue or s.queue)
-    size = 1 if split else s.queue_batch_docs
-    small: list[IngestPayload] = []
+    size, cap = (1 if split else s.queue_batch_docs), s.queue_batch_kb * 1024
+    out: list[list[IngestPayload]] = []
     alone: list[list[IngestPayload]] = []
+    batch: list[IngestPayload] = []
+    held = 0
     for p in payloads:
         try:
-            fits = p.file.stat().st_size <= s.queue_batch_file_kb * 1024
+            nbytes = p.file.stat().st_size
         except OSError:
-            fits = True  # the worker reports why it cannot be read, cheaply
-        if size > 1 and fits:
-            small.append(p)
-        else:
+            nbytes = 0  # the worker reports why it cannot be read, cheaply
+        if size == 1 or nbytes > cap:
             alone.append([p])
-    return [small[i : i + size] for i in range(0, len(small), size)] + alone
+            continue
+        if batch and (len(batch) == size or held + nbytes > cap):
+            out.append(batch)
+            batch, held = [], 0
+        batch.append(p)
+        held += nbytes
+    if batch:
+        out.append(batch)
+    return out + alone
 
 
 def enqueue_many(

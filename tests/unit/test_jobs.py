@@ -172,10 +172,13 @@ def test_small_files_travel_in_batches_and_large_ones_alone(tmp_path: Path) -> N
     small = [payload(f"s{i}.md", 100) for i in range(5)]
     large = payload("large.pdf", 5000)
     missing = payload("gone.md", None)  # the worker reports it, cheaply, in a batch
-    settings = Settings(queue_batch_docs=3, queue_batch_file_kb=1)
+    settings = Settings(queue_batch_docs=3, queue_batch_kb=1)
     groups = jobs.batches(settings, [small[0], large, *small[1:], missing])
     keys = [[p.path.rsplit("/", 1)[1] for p in g] for g in groups]
     assert keys == [["s0.md", "s1.md", "s2.md"], ["s3.md", "s4.md", "gone.md"], ["large.pdf"]]
+    # A batch closes before its files pass queue_batch_kb together.
+    mid = [payload(f"m{i}.md", 400) for i in range(5)]
+    assert [len(g) for g in jobs.batches(settings, mid)] == [2, 2, 1]
     # One a message: batching off, or a split deployment (its halves hand over one by one).
     for off in (Settings(queue_batch_docs=1), Settings(parse_queue="cpu", embed_queue="gpu")):
         assert [len(g) for g in jobs.batches(off, small)] == [1] * 5
