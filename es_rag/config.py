@@ -174,6 +174,11 @@ class Settings(BaseSettings):
         description="Markdown up to this size is read in the worker itself, without a "
         "sandboxed child (es-rag's own linear-time reader); larger files go to the sandbox",
     )
+    parse_shared_server: bool = Field(
+        default=True,
+        description="a worker with several processes (prefork) runs one parse server for "
+        "all of them instead of one each (about 1 GB of parsers held once)",
+    )
     parse_max_unzipped_mb: int = Field(
         default=1024, description="largest inflated size of a DOCX/PPTX/XLSX (zip bombs), MB"
     )

@@ -33,6 +33,7 @@ import pickle
 import resource
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -40,7 +41,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from es_rag.errors import CorruptDocumentError, EsRagError, ParseLimitError
 
@@ -86,9 +87,18 @@ class Sandbox:
     anything that leaves it in doubt (a timeout on our side, an interrupt, its own death).
     """
 
-    def __init__(self, limits: Limits | None = None, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        shared: str | None = None,
+    ) -> None:
         self.limits = limits or Limits()
         self._env = env or {}
+        # A shared server's socket (``SharedServer``): one server for every process of a
+        # worker instead of one each. Unreachable, it is given up for a private server.
+        self.shared = shared
         self._proc: subprocess.Popen[bytes] | None = None
         self._to: BinaryIO | None = None
         self._from: BinaryIO | None = None
@@ -113,7 +123,9 @@ class Sandbox:
             protocol=pickle.HIGHEST_PROTOCOL,
         )
         with self._lock:
-            raw = self._exchange(request, lim)
+            raw = self._exchange_shared(request, lim) if self.shared else None
+            if raw is None:
+                raw = self._exchange(request, lim)
             if raw is None:
                 # The server was gone (killed while idle, say) before it answered: the
                 # request gets one more go on a fresh server; the child does the parsing,
@@ -127,6 +139,39 @@ class Sandbox:
         if status == "ok":
             return value
         raise value
+
+    def _exchange_shared(self, request: bytes, lim: Limits) -> bytes | None:
+        """One request to the shared server, on a connection of its own; None (and the
+        shared server given up for this process's own) when it cannot be reached or died
+        before it answered."""
+        assert self.shared is not None
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(5.0)
+            conn.connect(self.shared)
+            conn.settimeout(None)
+            reader = cast(BinaryIO, conn.makefile("rb"))
+            writer = cast(BinaryIO, conn.makefile("wb"))
+            try:
+                _write(writer, request)
+                # An interruption (a soft time limit) closes the connection: the server's
+                # handler sees it and kills the child, and the server lives on.
+                raw = _read(reader, timeout=lim.wall_seconds + 30.0)
+            finally:
+                reader.close()
+                writer.close()
+        except OSError as exc:
+            log.warning("shared parse server %s unreachable (%s); using one of this "
+                        "process's own", self.shared, exc)  # fmt: skip
+            self.shared = None
+            return None
+        finally:
+            conn.close()
+        if raw is None:
+            log.warning("shared parse server %s hung up; using one of this process's own",
+                        self.shared)  # fmt: skip
+            self.shared = None
+        return raw
 
     def _exchange(self, request: bytes, lim: Limits) -> bytes | None:
         """Send one request and read the answer; None if the server died meanwhile."""
@@ -296,8 +341,11 @@ def _child(request: dict[str, Any], out_fd: int, err_fd: int) -> None:
     os._exit(0)
 
 
-def _wait(pid: int, fd: int, lim: Limits) -> tuple[bytes, int, Any, bool]:
-    """Collect the child's output until it exits or runs out of wall clock.
+def _wait(
+    pid: int, fd: int, lim: Limits, caller: int | None = None
+) -> tuple[bytes, int, Any, bool]:
+    """Collect the child's output until it exits or runs out of wall clock; a ``caller``
+    connection that closes meanwhile (the caller gave up) kills the child too.
 
     Returns (output, wait status, rusage, killed_for_wall_clock).
     """
@@ -305,13 +353,17 @@ def _wait(pid: int, fd: int, lim: Limits) -> tuple[bytes, int, Any, bool]:
     chunks: list[bytes] = []
     killed = False
     open_fd = True
+    watched = [fd] if caller is None else [fd, caller]
     while open_fd:
         left = deadline - time.monotonic()
         if left <= 0:
             os.kill(pid, signal.SIGKILL)
             killed = True
             break
-        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        ready, _, _ = select.select(watched, [], [], min(left, 1.0))
+        if caller is not None and caller in ready:
+            os.kill(pid, signal.SIGKILL)  # nobody is waiting for this answer any more
+            break
         if ready:
             data = os.read(fd, 1 << 20)
             if data:
@@ -396,7 +448,9 @@ def serve(req_fd: int, rep_fd: int) -> None:
             _write(replies, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _fork_one(request: dict[str, Any], requests: BinaryIO) -> tuple[str, Any, CallStats]:
+def _fork_one(
+    request: dict[str, Any], requests: BinaryIO, caller: int | None = None
+) -> tuple[str, Any, CallStats]:
     """Fork a child for one request, wait for it, and say how it ended."""
     lim: Limits = request["limits"]
     stats = CallStats(server_rss_mb=_rss_mb())
@@ -409,7 +463,7 @@ def _fork_one(request: dict[str, Any], requests: BinaryIO) -> tuple[str, Any, Ca
             requests.close()
             _child(request, write_fd, errors.fileno())
         os.close(write_fd)
-        output, status, usage, killed = _wait(pid, read_fd, lim)
+        output, status, usage, killed = _wait(pid, read_fd, lim, caller)
         errors.seek(max(0, errors.seek(0, os.SEEK_END) - 4096))
         stderr = errors.read().decode("utf-8", "replace")
     stats.wall_s = time.monotonic() - t0
@@ -420,9 +474,120 @@ def _fork_one(request: dict[str, Any], requests: BinaryIO) -> tuple[str, Any, Ca
     return outcome, value, stats
 
 
+class SharedServer:
+    """One parse server for every process of a worker (its prefork children), on a Unix
+    socket, instead of one each: the server's imports (about 1 GB with Unstructured's
+    parsers) are held once.
+
+    Started by the worker's main process before its pool forks; the children find the
+    socket in ``ES_RAG_PARSE_SOCKET`` (es_rag.parsing.Parser). Each request gets a handler
+    (a fork of the server) that forks the limited child as a private server does, so
+    parses run side by side, each with its own limits; the server dies with its starter.
+    """
+
+    def __init__(self, path: str, *, env: dict[str, str] | None = None) -> None:
+        self.path = path
+        self._env = env or {}
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "es_rag.sandbox", "--socket", self.path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=None,
+            env={**os.environ, **self._env},
+            close_fds=True,
+        )
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.path):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the shared parse server did not start at {self.path}")
+            time.sleep(0.02)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()  # its handlers and their children die with it (PR_SET_PDEATHSIG)
+            proc.wait()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):  # the folder made for it, if it is now empty
+            os.rmdir(os.path.dirname(self.path))
+
+
+def serve_socket(path: str) -> None:
+    """The shared server's loop: read each request, warm up for it once, and hand it to a
+    handler of its own (a fork), which runs it as ``serve`` would and answers."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.ERROR)
+    warmed: set[str] = set()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound = path + ".tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(bound)
+    listener.bind(bound)
+    os.chmod(bound, 0o600)  # only the worker's own user may have files parsed here
+    listener.listen(64)
+    os.rename(bound, path)  # the path appears once it accepts
+    listener.settimeout(1.0)
+    while True:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass  # finished handlers
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        conn.settimeout(None)
+        reader = cast(BinaryIO, conn.makefile("rb"))
+        writer = cast(BinaryIO, conn.makefile("wb"))
+        try:
+            ready, _, _ = select.select([conn], [], [], 10.0)
+            raw = _read(reader) if ready else None
+        except OSError:
+            raw = None
+        if raw is None:  # a caller that connected and said nothing
+            reader.close()
+            writer.close()
+            conn.close()
+            continue
+        request = pickle.loads(raw)
+        warm = request.get("warm")
+        if warm and warm not in warmed:
+            warmed.add(warm)
+            try:
+                _resolve(warm)()
+            except Exception as exc:
+                log.debug("warm-up %s failed: %s", warm, exc)
+        if os.fork() == 0:  # pragma: no cover - runs in the handler
+            try:
+                _die_with_parent()
+                listener.close()
+                reply = _fork_one(request, reader, caller=conn.fileno())
+                with contextlib.suppress(OSError):
+                    _write(writer, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+            finally:
+                os._exit(0)
+        reader.close()
+        writer.close()
+        conn.close()
+
+
 if __name__ == "__main__":  # pragma: no cover - the server's entry point
     # Run the imported module's serve, not __main__'s: what it pickles back (CallStats,
     # errors) must name es_rag.sandbox, which is what the caller can unpickle.
     from es_rag import sandbox as _module
 
-    _module.serve(int(sys.argv[1]), int(sys.argv[2]))
+    if sys.argv[1] == "--socket":
+        _module.serve_socket(sys.argv[2])
+    else:
+        _module.serve(int(sys.argv[1]), int(sys.argv[2]))

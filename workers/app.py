@@ -9,11 +9,12 @@ Redis client below belongs to a worker's lease, made when the worker starts.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from celery import Celery, bootsteps
-from celery.signals import task_received
+from celery.signals import task_received, worker_init, worker_shutdown
 from kombu import Queue
 
 from es_rag.config import Settings
@@ -94,6 +95,36 @@ class LeaseStep(bootsteps.StartStopStep):
         if self.keeper is not None:
             self.keeper.stop()
             self.keeper = None
+
+
+_parse_server: Any = None
+
+
+@worker_init.connect
+def _share_the_parse_server(sender: Any = None, **_: Any) -> None:
+    """A worker of several processes starts one parse server for all of them, before its
+    pool forks (es_rag.sandbox.SharedServer): about 1 GB of parsers held once, not once
+    per process. A solo worker has one process, and its parser starts its own."""
+    global _parse_server
+    settings: Settings = getattr(sender.app.conf, "es_rag_settings", None) or Settings()
+    pool = getattr(sender, "pool_cls", None)
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "") or ""
+    if not settings.parse_shared_server or "solo" in name or sender.concurrency == 1:
+        return
+    from es_rag.parsing import start_shared_server
+
+    try:
+        _parse_server = start_shared_server()
+    except (OSError, RuntimeError) as exc:  # each process then starts its own, as before
+        logging.getLogger(__name__).warning("no shared parse server: %s", exc)
+
+
+@worker_shutdown.connect
+def _stop_the_parse_server(**_: Any) -> None:
+    global _parse_server
+    if _parse_server is not None:
+        _parse_server.stop()
+        _parse_server = None
 
 
 @task_received.connect

@@ -150,8 +150,8 @@ def lease_env(env: dict[str, str]) -> dict[str, str]:
 def workers(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
-    def start(env: dict[str, str], pool: str = "solo") -> Worker:
-        w = Worker(env, tmp_path / f"worker-{len(started)}.log", pool=pool)
+    def start(env: dict[str, str], pool: str = "solo", extra: tuple[str, ...] = ()) -> Worker:
+        w = Worker(env, tmp_path / f"worker-{len(started)}.log", pool=pool, extra=extra)
         started.append(w)
         return w
 
@@ -261,3 +261,73 @@ def test_a_message_lost_between_pop_and_record_is_sent_again(
     for path in (lost, kept):
         row = wait_status(env, str(path), {"indexed", "failed"}, timeout=120)
         assert row["status"] == "indexed", row
+
+
+def _tree(root: int) -> dict[int, str]:
+    """Every process under ``root`` (itself included): pid -> command line."""
+    parents: dict[int, int] = {}
+    lines: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        lines[int(entry.name)] = cmd
+    out = {root: lines.get(root, "")}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in out and pid not in out:
+                out[pid] = lines[pid]
+                grew = True
+    return out
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def test_a_prefork_worker_runs_one_parse_server_for_its_processes(
+    lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path
+) -> None:
+    """Two pool processes, one parse server (es_rag.sandbox.SharedServer): both parse
+    through it, and it goes when the worker does."""
+    env = {**lease_env, "ES_RAG_QUEUE_BATCH_DOCS": "1"}  # a message a file: both processes work
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"page-{i}.html").write_text(
+            f"<html><body><h1>Page {i}</h1><p>Section {i} explains valve {i * 3}.</p></body></html>"
+        )
+    worker = workers(env, pool="prefork", extra=("--concurrency", "2"))
+    proc = cli(env, "ingest", "--queue", str(folder), "--tenant", "acme", "--public")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    status = Ingestor(settings_of(env)).status
+    status.refresh()
+    rows = status.rows(tenant="acme")
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"indexed"}, rows
+    tree = _tree(worker.proc.pid)
+    servers = {pid for pid, cmd in tree.items() if "es_rag.sandbox --socket" in cmd}
+    private = [cmd for cmd in tree.values() if "es_rag.sandbox" in cmd and "--socket" not in cmd]
+    # One shared server (its handlers, forks of it, may still be finishing); none of a
+    # process's own.
+    assert servers and not private, tree
+    top = [pid for pid in servers if _parent(pid) not in servers]
+    assert len(top) == 1, tree
+    server_pid = top[0]
+    worker.stop()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{server_pid}").exists():
+        stat = Path(f"/proc/{server_pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        assert time.monotonic() < deadline, "the parse server outlived its worker"
+        time.sleep(0.1)

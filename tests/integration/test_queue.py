@@ -35,10 +35,12 @@ pytestmark = pytest.mark.integration
 class Worker:
     """``es-rag worker`` as its own process group, so kill -9 takes all of it."""
 
-    def __init__(self, env: dict[str, str], log: Path, pool: str = "solo") -> None:
+    def __init__(
+        self, env: dict[str, str], log: Path, pool: str = "solo", extra: tuple[str, ...] = ()
+    ) -> None:
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "es_rag.cli", "worker", "--pool", pool],
+            [sys.executable, "-m", "es_rag.cli", "worker", "--pool", pool, *extra],
             env=env,
             cwd=ROOT,
             stdout=log.open("ab"),

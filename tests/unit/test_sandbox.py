@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from es_rag.errors import CorruptDocumentError, EmptyDocumentError, EsRagError, ParseLimitError
-from es_rag.sandbox import CallStats, Limits, Sandbox
+from es_rag.sandbox import CallStats, Limits, Sandbox, SharedServer
 
 pytestmark = pytest.mark.unit
 
@@ -284,3 +284,83 @@ def test_server_and_child_die_with_the_caller(tmp_path: Path) -> None:
         if caller.poll() is None:
             caller.kill()
             caller.wait()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[SharedServer]:
+    srv = SharedServer(str(tmp_path / "parse.sock"), env=ENV)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_a_shared_server_runs_callers_side_by_side_each_with_its_limits(
+    server: SharedServer,
+) -> None:
+    """The processes of a worker (threads here, each with a Sandbox of its own) share one
+    server: their children run at the same time, and every call keeps its own limits."""
+    boxes = [Sandbox(LIMITS, env=ENV, shared=server.path) for _ in range(2)]
+    results: list[tuple[float, float]] = []
+    errors: list[BaseException] = []
+
+    def work(box: Sandbox) -> None:
+        try:
+            results.append(box.call(T + "interval", 0.5))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(box,)) for box in boxes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert not errors and len(results) == 2
+    (_, a_end), (b_start, _) = sorted(results)
+    assert b_start < a_end, "the shared server ran its callers one after the other"
+    assert all(box._proc is None for box in boxes)  # no private server was started
+    child, handler = boxes[0].call(T + "pids")
+    assert handler != server.pid and len({child, handler, os.getpid()}) == 3
+    with pytest.raises(ParseLimitError) as info:
+        boxes[0].call(T + "allocate", 1024)
+    assert info.value.limit == "memory"
+    with pytest.raises(ParseLimitError) as info:
+        boxes[1].call(T + "sleep", 60, limits=Limits(memory_mb=256, cpu_seconds=2, wall_seconds=1))
+    assert info.value.limit == "wall"
+    with pytest.raises(EmptyDocumentError, match="no text layer"):
+        boxes[1].call(T + "empty", "no text layer")
+    assert boxes[0].call(T + "warmed", warm=T + "warm_up") == server.pid  # warmed once, there
+    assert boxes[1].call(T + "add", 1, 1) == 2
+    assert server.pid is not None and alive(server.pid)
+
+
+def test_a_caller_that_gives_up_leaves_no_child_and_the_shared_server_lives(
+    server: SharedServer, tmp_path: Path
+) -> None:
+    box = Sandbox(LIMITS, env=ENV, shared=server.path)
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted
+
+    pidfile = tmp_path / "pids"
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(Interrupted):
+            box.call(T + "sleep", 30, str(pidfile))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    child, _ = map(int, pidfile.read_text().split())
+    assert wait_until(lambda: not alive(child)), "the child outlived its caller's interest"
+    assert server.pid is not None and alive(server.pid)
+    assert box.call(T + "add", 4, 4) == 8
+    assert box.shared == server.path and box._proc is None
+
+
+def test_a_dead_shared_server_is_replaced_by_a_private_one(server: SharedServer) -> None:
+    box = Sandbox(LIMITS, env=ENV, shared=server.path)
+    assert box.call(T + "add", 1, 1) == 2 and box._proc is None
+    server.stop()
+    assert box.call(T + "add", 2, 2) == 4  # not the document's fault
+    assert box.shared is None and box._proc is not None
+    box.close()
