@@ -108,7 +108,12 @@ class Settings(BaseSettings):
     embedding_dims: int | None = Field(
         default=None, description="expected dimensions; probed from the model when unset"
     )
-    embedding_batch_size: int = 32
+    embedding_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="texts per forward pass; unset: 16 on the CPU (texts sorted by length "
+        "pad least in small batches), 64 on a GPU, 32 per request to a server",
+    )
     embedding_max_length: int = 512
     embedding_normalize: bool = True
     query_prefix: str = Field(default="", description="text prepended to queries (e.g. 'query: ')")

@@ -169,8 +169,11 @@ def queue_run(
             ingestor, app, [(path, None) for path in files], jobs.AclPayload(**acl)
         )
         rows = wait_all(ingestor, len(keys) + len(warm), 3600)
-        chunks = sum(int(r.get("chunks") or 0) for r in rows if r["doc_id"] in set(keys))
         seconds = time.perf_counter() - t0
+        mine = [r for r in rows if r["doc_id"] in set(keys)]
+        chunks = sum(int(r.get("chunks") or 0) for r in mine)
+        # The workers' own embedding time (each batch's, shared out over its documents).
+        embed_s = sum(float((r.get("timings_ms") or {}).get("embed") or 0) for r in mine) / 1000
     finally:
         stop_workers(procs)
         for name in ingestor.index.concrete_indices():
@@ -181,6 +184,9 @@ def queue_run(
         "chunks": chunks,
         "seconds": round(seconds, 2),
         "chunks_per_s": round(chunks / seconds, 2),
+        # Embedding inside the workers: its rate there, and its share of the workers' time.
+        "worker_embed_chunks_per_s": round(chunks / embed_s, 2) if embed_s else None,
+        "worker_embed_share": round(embed_s / (seconds * n), 3),
     }
 
 

@@ -44,13 +44,13 @@ class Embedder(ABC):
         self,
         *,
         model: str,
-        batch_size: int = 32,
+        batch_size: int | None = 32,
         normalize: bool = True,
         query_prefix: str = "",
         passage_prefix: str = "",
         dims: int | None = None,
     ) -> None:
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise ConfigurationError(f"embedding batch_size must be >= 1, got {batch_size}")
         if dims is not None and dims < 1:
             raise ConfigurationError(f"embedding dims must be >= 1, got {dims}")
@@ -98,8 +98,9 @@ class Embedder(ABC):
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
         items = [items[i] for i in order]
         parts: list[np.ndarray] = []
-        for start in range(0, len(items), self.batch_size):
-            batch = items[start : start + self.batch_size]
+        size = self.effective_batch_size()
+        for start in range(0, len(items), size):
+            batch = items[start : start + size]
             try:
                 raw = self.embed_batch(batch, kind=kind)
             except EmbeddingError:
@@ -116,6 +117,13 @@ class Embedder(ABC):
         if self.normalize:
             out = _l2_normalise(out)
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    def effective_batch_size(self) -> int:
+        """Texts per ``embed_batch``: the configured size, else this backend's choice."""
+        return self.batch_size or self._auto_batch_size()
+
+    def _auto_batch_size(self) -> int:
+        return 32
 
     def embed_query(self, text: str) -> list[float]:
         """One query vector as a plain list: the form the search request body wants."""

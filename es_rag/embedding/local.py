@@ -46,6 +46,14 @@ _MODEL_FILE_SUFFIXES = frozenset({".json", ".safetensors", ".bin", ".pt", ".txt"
 _SKIPPED_MODEL_DIRS = frozenset({"onnx", "openvino", ".git", ".cache"})
 
 
+def auto_batch_size(device: str) -> int:
+    """Texts per forward pass when none is set. On a CPU, small batches of texts sorted by
+    length pad least: MiniLM on 2 cores, calls of 64 texts, ran at 49-51 texts/s in batches
+    of 8-16 against 46 at 32 and 36 at 64 (calls of 600 ran at 51 whatever the size). A
+    GPU wants larger batches to be busy (64; not measured on one here)."""
+    return 16 if device.startswith("cpu") else 64
+
+
 class _LocalModelEmbedder(Embedder):
     """Shared plumbing of in-process torch backends: lazy thread-safe load, model fingerprint."""
 
@@ -53,7 +61,7 @@ class _LocalModelEmbedder(Embedder):
         self,
         *,
         model: str,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         normalize: bool = True,
         query_prefix: str = "",
         passage_prefix: str = "",
@@ -86,6 +94,9 @@ class _LocalModelEmbedder(Embedder):
     @property
     def loaded(self) -> bool:
         return self._model.loaded
+
+    def _auto_batch_size(self) -> int:
+        return auto_batch_size(self.device or auto_device())
 
     def _get_model(self) -> Any:
         return self._model.get()
@@ -161,7 +172,7 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
         self,
         *,
         model: str,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         normalize: bool = True,
         query_prefix: str = "",
         passage_prefix: str = "",
@@ -194,6 +205,11 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
             )
         self.runtime: Runtime = runtime
         self.onnx_cache = Path(onnx_cache).expanduser() if onnx_cache else default_onnx_cache()
+
+    def _auto_batch_size(self) -> int:
+        if self.runtime != "torch":  # ONNX Runtime runs on the CPU here
+            return auto_batch_size("cpu")
+        return super()._auto_batch_size()
 
     @property
     def int8_scheme(self) -> Int8Scheme | None:
@@ -363,7 +379,7 @@ class FlagEmbedder(_LocalModelEmbedder):
         self,
         *,
         model: str,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         normalize: bool = True,
         query_prefix: str = "",
         passage_prefix: str = "",
@@ -414,7 +430,7 @@ class FlagEmbedder(_LocalModelEmbedder):
             use_fp16=device.startswith("cuda"),
             devices=device,
             pooling_method=self.pooling_method,
-            batch_size=self.batch_size,
+            batch_size=self.effective_batch_size(),
             query_max_length=max_length,
             passage_max_length=max_length,
             return_dense=True,

@@ -371,3 +371,22 @@ def test_a_local_model_fingerprint_is_remembered_across_processes(
         promised.embed(["x"])
     later = SentenceTransformerEmbedder(model=minilm_path)
     assert (later.embedding_version, later.dims, later.loaded) == (version, 384, False)
+
+
+def test_an_unset_batch_size_is_chosen_by_where_the_model_runs() -> None:
+    from es_rag.embedding.local import auto_batch_size
+
+    assert auto_batch_size("cpu") == 16
+    assert auto_batch_size("cuda:0") == auto_batch_size("mps") == 64
+    on_cpu = build_embedder(Settings(embedding_model="/nonexistent/model", device="cpu"))
+    assert on_cpu.batch_size is None and on_cpu.effective_batch_size() == 16
+    on_gpu = build_embedder(Settings(embedding_model="/nonexistent/model", device="cuda:1"))
+    assert on_gpu.effective_batch_size() == 64
+    onnx = build_embedder(Settings(embedding_model="/nonexistent/model", embedding_runtime="onnx"))
+    assert onnx.effective_batch_size() == 16  # ONNX Runtime runs on the CPU
+    server = build_embedder(
+        Settings(embedding_backend="openai", embedding_url="http://127.0.0.1:1/v1/")
+    )
+    assert server.effective_batch_size() == 32  # texts per request
+    chosen = build_embedder(Settings(embedding_model="/x", device="cuda", embedding_batch_size=7))
+    assert chosen.effective_batch_size() == 7
