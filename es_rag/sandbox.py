@@ -425,6 +425,18 @@ def _failure(status: int, usage: Any, killed: bool, lim: Limits, stderr: str) ->
     return CorruptDocumentError(f"the parser crashed on this file ({name}: {last})")
 
 
+def _warm_up(request: dict[str, Any], warmed: set[str]) -> None:
+    """Run the request's warm-up in the server, once per distinct one: later children
+    inherit its imports."""
+    warm = request.get("warm")
+    if warm and warm not in warmed:
+        warmed.add(warm)
+        try:
+            _resolve(warm)()
+        except Exception as exc:  # the child will meet (and report) the same problem
+            log.debug("warm-up %s failed: %s", warm, exc)
+
+
 def serve(req_fd: int, rep_fd: int) -> None:
     """The parse server's loop: one request at a time, one forked child per request."""
     _die_with_parent()
@@ -437,13 +449,7 @@ def serve(req_fd: int, rep_fd: int) -> None:
             if raw is None:
                 return  # the caller closed the pipe or died
             request = pickle.loads(raw)
-            warm = request.get("warm")
-            if warm and warm not in warmed:
-                warmed.add(warm)
-                try:
-                    _resolve(warm)()
-                except Exception as exc:  # the child will meet (and report) the same problem
-                    log.debug("warm-up %s failed: %s", warm, exc)
+            _warm_up(request, warmed)
             reply = _fork_one(request, requests)
             _write(replies, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -561,13 +567,7 @@ def serve_socket(path: str) -> None:
             conn.close()
             continue
         request = pickle.loads(raw)
-        warm = request.get("warm")
-        if warm and warm not in warmed:
-            warmed.add(warm)
-            try:
-                _resolve(warm)()
-            except Exception as exc:
-                log.debug("warm-up %s failed: %s", warm, exc)
+        _warm_up(request, warmed)
         if os.fork() == 0:  # pragma: no cover - runs in the handler
             try:
                 _die_with_parent()

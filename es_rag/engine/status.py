@@ -72,17 +72,8 @@ class StatusIndex:
     # --- status rows ---------------------------------------------------------------------
     def record(self, tenant: str, doc_id: str, status: str, **fields: Any) -> None:
         """Write the document's latest outcome (whole row; the caller carries the payload)."""
-        if status not in STATUSES:
-            raise ValueError(f"unknown status {status!r}")
+        row = _status_row(tenant, doc_id, status, fields)
         self.ensure()
-        row = {
-            "kind": "status",
-            "tenant_id": tenant,
-            "doc_id": doc_id,
-            "status": status,
-            "updated_at": now_iso(),
-        }
-        row.update({k: v for k, v in fields.items() if v is not None})
         self.engine.put(self.name, status_key(tenant, doc_id), row)
 
     def record_many(self, rows: Sequence[tuple[str, str, str, dict[str, Any]]]) -> None:
@@ -92,20 +83,15 @@ class StatusIndex:
         """
         if not rows:
             return
-        self.ensure()
-        actions = []
-        for tenant, doc_id, status, fields in rows:
-            if status not in STATUSES:
-                raise ValueError(f"unknown status {status!r}")
-            row = {
-                "kind": "status",
-                "tenant_id": tenant,
-                "doc_id": doc_id,
-                "status": status,
-                "updated_at": now_iso(),
+        actions = [
+            {
+                "_index": self.name,
+                "_id": status_key(tenant, doc_id),
+                "_source": _status_row(tenant, doc_id, status, fields),
             }
-            row.update({k: v for k, v in fields.items() if v is not None})
-            actions.append({"_index": self.name, "_id": status_key(tenant, doc_id), "_source": row})
+            for tenant, doc_id, status, fields in rows
+        ]
+        self.ensure()
         failures = [
             item
             for ok, item in self.engine.streaming_bulk(
@@ -206,6 +192,21 @@ class StatusIndex:
         self.ensure()
         row = self.engine.get(self.name, f"fence:{status_key(tenant, doc_id)}")
         return int(row["_version"]) if row else None
+
+
+def _status_row(tenant: str, doc_id: str, status: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A whole status row: the fields given (None ones left out) and when."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}")
+    row = {
+        "kind": "status",
+        "tenant_id": tenant,
+        "doc_id": doc_id,
+        "status": status,
+        "updated_at": now_iso(),
+    }
+    row.update({k: v for k, v in fields.items() if v is not None})
+    return row
 
 
 def _filters(*, tenant: str | None = None) -> list[dict[str, Any]]:
