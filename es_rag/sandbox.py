@@ -18,6 +18,10 @@ child processes, and a fork of the caller itself would copy its threads and its 
 The server is started with ``subprocess`` and speaks length-prefixed pickles over two pipes
 of its own (stdout stays free for libraries that print).
 
+A worker of several processes shares one server instead (:class:`SharedServer`, on a Unix
+socket): each request gets a handler forked from it, which forks the limited child as
+above, so the parsers' memory is held once per worker and parses still run side by side.
+
 A limit that is hit raises :class:`ParseLimitError` (``limit`` = memory, cpu or wall); a child
 that crashes raises :class:`CorruptDocumentError`; the caller lives on either way.
 """
