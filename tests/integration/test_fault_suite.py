@@ -107,6 +107,9 @@ def test_an_ingest_through_killed_workers_and_restarted_servers_loses_nothing(
         "ES_RAG_TASK_TIME_LIMIT": "150",
         "ES_RAG_VISIBILITY_TIMEOUT": "600",
         "ES_RAG_ES_REQUEST_TIMEOUT": "10",
+        # Batches of 8 (not 64): dozens of messages, so that kills and restarts land on
+        # batches taken, waiting and half-written, and the run lasts long enough for them.
+        "ES_RAG_QUEUE_BATCH_DOCS": "8",
     }
     keys = documents(tmp_path / "docs", n)
     logs = tmp_path / "logs"
@@ -135,7 +138,7 @@ def test_an_ingest_through_killed_workers_and_restarted_servers_loses_nothing(
     faults: dict[str, Any] = {"worker_kills": 0, "redis_restarts": 0, "server_restarts": 0}
     plan = {"redis": 0.25, "server": 0.5, "embedding": 0.7}
     done_fraction = 0.0
-    next_kill = time.monotonic() + random.uniform(6, 10)
+    next_kill = time.monotonic() + random.uniform(4, 8)
     deadline = time.monotonic() + (1800 if n > 300 else 900)
     redis_script = str(ROOT / "scripts" / "redis-server.sh")
     server_script = str(ROOT / "scripts" / "search-server.sh")
@@ -158,7 +161,7 @@ def test_an_ingest_through_killed_workers_and_restarted_servers_loses_nothing(
             victim.kill9()
             faults["worker_kills"] += 1
             live.append(start_worker())
-            next_kill = time.monotonic() + random.uniform(6, 10)
+            next_kill = time.monotonic() + random.uniform(4, 8)
         if "redis" in plan and done_fraction >= plan["redis"]:
             del plan["redis"]
             script(redis_script, "stop", "--port", str(TEST_REDIS_PORT), "--name", "pytest")
