@@ -6,6 +6,7 @@ whole file runs in a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -210,19 +211,26 @@ class Interrupted(Exception):
     pass
 
 
-def test_interrupt_in_the_caller_kills_server_and_child(sandbox: Sandbox, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def interrupted_after(seconds: float) -> Iterator[None]:
+    """Raise ``Interrupted`` in this thread after ``seconds`` (as a soft time limit does)."""
+
     def on_alarm(signum: int, frame: FrameType | None) -> None:
         raise Interrupted
 
-    pidfile = tmp_path / "pids"
     previous = signal.signal(signal.SIGALRM, on_alarm)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.5)
-        with pytest.raises(Interrupted):
-            sandbox.call(T + "sleep", 30, str(pidfile))
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_interrupt_in_the_caller_kills_server_and_child(sandbox: Sandbox, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    with pytest.raises(Interrupted), interrupted_after(0.5):
+        sandbox.call(T + "sleep", 30, str(pidfile))
     child, server = map(int, pidfile.read_text().split())
     assert sandbox._proc is None
     assert not alive(server)
@@ -338,18 +346,9 @@ def test_a_caller_that_gives_up_leaves_no_child_and_the_shared_server_lives(
 ) -> None:
     box = Sandbox(LIMITS, env=ENV, shared=server.path)
 
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted
-
     pidfile = tmp_path / "pids"
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.5)
-        with pytest.raises(Interrupted):
-            box.call(T + "sleep", 30, str(pidfile))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(Interrupted), interrupted_after(0.5):
+        box.call(T + "sleep", 30, str(pidfile))
     child, _ = map(int, pidfile.read_text().split())
     assert wait_until(lambda: not alive(child)), "the child outlived its caller's interest"
     assert server.pid is not None and alive(server.pid)
