@@ -266,10 +266,27 @@ class Settings(BaseSettings):
         "embedding model's, else a word-based estimate",
     )
     context_max_per_doc: int = Field(default=3, description="items per document (diversity)")
+    sufficiency: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: refuse weak evidence with the index's own calibration (stored "
+        "in its _meta); off: never refuse (unless min_knn_score / min_rerank_score say so)",
+    )
+    sufficiency_strictness: float = Field(
+        default=1.1,
+        description="where the dense threshold sits between the median (0) and the 90th "
+        "percentile (1) of the index's unanswerable probes; higher refuses more",
+    )
+    sufficiency_min_coverage: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="refuse when the best evidence holds less than this share of the "
+        "question's terms, weighted by rarity",
+    )
     min_knn_score: float | None = Field(
         default=None,
-        description="below this best dense similarity (the server's _score) evidence is "
-        "insufficient; calibrate per model with scripts/calibrate_evidence.py",
+        description="a fixed best dense similarity (the server's _score) below which "
+        "evidence is insufficient, instead of the calibrated one",
     )
     min_rerank_score: float | None = Field(
         default=None, description="same, on the reranker's score when reranked"

@@ -99,3 +99,31 @@ def context(
     typer.echo(result.prompt)
     verdict = "sufficient" if result.sufficient else "NOT sufficient"
     typer.echo(f"evidence: {verdict} ({result.reason})", err=True)
+
+
+def calibrate(
+    ctx: typer.Context,
+    force: Annotated[
+        bool, typer.Option("--force", help="measure again even if the stored one is current")
+    ] = False,
+) -> None:
+    """The index's weak-evidence calibration: measured on its own chunks, kept in its _meta.
+
+    `context` measures it on first use and again when the model changes or the index
+    doubles or halves; this command shows it, or measures it now with --force.
+    """
+    from es_rag.query import sufficiency
+    from es_rag.query.search import Searcher
+
+    settings = settings_of(ctx)
+    searcher = Searcher(settings)
+    calibration = run(lambda: sufficiency.current(searcher, force=force))
+    strictness = settings.sufficiency_strictness
+    out = {
+        "index": searcher.generation().index,
+        **calibration.to_meta(),
+        "strictness": strictness,
+        "knn_threshold": calibration.knn_threshold(strictness),
+        "min_coverage": settings.sufficiency_min_coverage,
+    }
+    typer.echo(json.dumps(out, ensure_ascii=False))

@@ -6,10 +6,12 @@ the search. Hits that expand to the same text are merged (the best score wins), 
 document contributes at most ``max_per_doc`` items (diversity), and items are added
 strongest first until the token budget is spent.
 
-Weak evidence: when the best hit's dense similarity (or rerank score, when reranked) is
-under its threshold, the result says ``sufficient: false`` with the scores, so an
-application can refuse instead of answering from noise. RRF scores depend only on ranks
-and say nothing about absolute relevance, which is why they are not used for this.
+Weak evidence: the result says ``sufficient: false`` with the signals, so an application
+can refuse instead of answering from noise. By default the judge is es_rag.query.sufficiency
+(lexical coverage, and the best dense similarity against the index's own calibration);
+a fixed ``min_knn_score`` or, when reranked, ``min_rerank_score`` replaces it. Fused
+scores depend on ranks or per-query normalisation and say nothing about absolute
+relevance, which is why they are not used for this.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Literal
 
 from es_rag.chunking import estimate_tokens
 from es_rag.config import Settings
+from es_rag.query import sufficiency
 from es_rag.query.filters import FieldFilter
 from es_rag.query.search import Searcher
 from es_rag.types import Caller, Hit, SearchResponse
@@ -150,7 +153,7 @@ class ContextBuilder:
             strategy=strategy,
             rerank=rerank,
         )
-        sufficient, reason, signals = self.judge(response)
+        sufficient, reason, signals = self.judge(question, response, caller)
         items = self._expand(response.hits, caller, expand, neighbours)
         evidence = self._select(items, per_doc=per_doc, budget=budget) if sufficient else []
         if sufficient and not evidence:
@@ -167,7 +170,9 @@ class ContextBuilder:
         )
 
     # --- weak evidence -------------------------------------------------------------------
-    def judge(self, response: SearchResponse) -> tuple[bool, str, dict[str, float | None]]:
+    def judge(
+        self, question: str, response: SearchResponse, caller: Caller
+    ) -> tuple[bool, str, dict[str, float | None]]:
         s = self.settings
         if not response.hits:
             return False, "no readable document matches the question", {}
@@ -197,7 +202,17 @@ class ContextBuilder:
                     signals,
                 )
             return True, f"best dense similarity {best_knn:.3f} >= {s.min_knn_score:g}", signals
-        return True, "no evidence threshold applies to this strategy", signals
+        if s.sufficiency == "off":
+            return True, "no evidence threshold applies (sufficiency off)", signals
+        found = sufficiency.signals(self.searcher, question, response, caller)
+        verdict = sufficiency.decide(
+            found,
+            sufficiency.current(self.searcher) if knn_scores else None,
+            strictness=s.sufficiency_strictness,
+            min_coverage=s.sufficiency_min_coverage,
+        )
+        signals.update(coverage=found.get("coverage"), knn_threshold=verdict.knn_threshold)
+        return verdict.sufficient, verdict.reason, signals
 
     # --- expansion and selection ---------------------------------------------------------
     def _expand(

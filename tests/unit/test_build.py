@@ -132,6 +132,7 @@ def test_native_size_capped_by_window() -> None:
 
 def test_weak_evidence_judge_without_dense_scores() -> None:
     """A strategy whose hits carry no dense similarity is not judged insufficient by it."""
+    from es_rag.acl import make_caller
     from es_rag.config import Settings
     from es_rag.query.context import ContextBuilder
     from es_rag.query.search import Searcher
@@ -151,7 +152,12 @@ def test_weak_evidence_judge_without_dense_scores() -> None:
             scores=scores,
         )
 
-    judge = ContextBuilder(Searcher(Settings(min_knn_score=0.6))).judge
+    builder = ContextBuilder(Searcher(Settings(min_knn_score=0.6)))
+    caller = make_caller("t", users=["u"])
+
+    def judge(response: SearchResponse) -> tuple[bool, str, dict]:
+        return builder.judge("q", response, caller)
+
     ok, reason, _ = judge(SearchResponse("native-rrf", [hit({"rrf": 0.03})], {}))
     assert ok and "not applied" in reason
     ok, reason, _ = judge(SearchResponse("native-rrf", [hit({"rrf": 0.03, "knn": 0.55})], {}))

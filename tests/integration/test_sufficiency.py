@@ -1,0 +1,102 @@
+"""Weak-evidence refusal with the defaults: the quickstart's corpus, the real CLI, both engines.
+
+Nothing is calibrated by hand: the index measures its own threshold on first use and keeps
+it in its ``_meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from es_rag.engine.client import Engine
+from tests.conftest import unique_index
+from tests.integration.conftest import drop_alias
+from tests.integration.test_cli import es_rag
+
+pytestmark = pytest.mark.integration
+
+SAMPLES = Path(__file__).resolve().parents[2] / "scripts" / "sample-docs"
+ALICE = ("--tenant", "demo", "--as", "user:alice")
+
+
+@pytest.fixture(scope="module")
+def env(es_url: str, minilm_path: str, engine: Engine) -> Iterator[dict[str, str]]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("ES_RAG_")},
+        "ES_RAG_ES_URL": es_url,
+        "ES_RAG_INDEX": unique_index("suff"),
+        "ES_RAG_EMBEDDING_MODEL": minilm_path,
+        "HF_HUB_OFFLINE": "1",
+    }
+    public = [str(p) for p in sorted(SAMPLES.iterdir()) if p.is_file()]
+    for args in (
+        ("ingest", *public, "--tenant", "demo", "--public"),
+        ("ingest", str(SAMPLES / "restricted"), "--tenant", "demo", "--allow", "group:finance"),
+    ):
+        proc = es_rag(env, *args)
+        assert proc.returncode == 0, proc.stderr
+    yield env
+    drop_alias(engine, env["ES_RAG_INDEX"])
+
+
+def context(env: dict[str, str], question: str, *who: str) -> dict:
+    proc = es_rag(env, "context", question, *(who or ALICE), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_unanswerable_questions_are_refused_with_the_defaults(env: dict[str, str]) -> None:
+    for question in (
+        "What is the boiling point of liquid nitrogen on Mars?",
+        "what is the capital of Australia?",
+    ):
+        out = context(env, question)
+        assert out["sufficient"] is False, out["reason"]
+        assert out["evidence"] == [] and "(no sources)" in out["prompt"]
+    for question in ("how long does a refund take?", "daily allowance in Paris"):
+        out = context(env, question)
+        assert out["sufficient"] is True, out["reason"]
+        assert out["evidence"] and out["signals"]["knn_threshold"] is not None
+        assert out["signals"]["best_knn_score"] >= out["signals"]["knn_threshold"]
+
+
+def test_what_a_caller_may_not_read_is_no_evidence(env: dict[str, str]) -> None:
+    question = "how much did unrecovered refunds cost as a share of volume in Q3?"
+    bob = context(env, question, "--tenant", "demo", "--as", "user:bob", "--group", "finance")
+    assert bob["sufficient"] is True and "0.4%" in bob["prompt"]
+    alice = context(env, question)
+    assert "0.4%" not in alice["prompt"] and "Q3 finance" not in alice["prompt"]
+
+
+def test_calibration_is_kept_in_the_index_meta(env: dict[str, str], engine: Engine) -> None:
+    context(env, "how long does a refund take?")  # measured on first use, if not yet
+    proc = es_rag(env, "calibrate")
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)
+    assert first["model"].startswith("st:") and first["probes"] >= 8 and first["rows"] > 0
+    assert first["knn_median"] <= first["knn_p90"] and first["knn_threshold"] is not None
+    stored = engine.mapping(first["index"])["_meta"]["sufficiency"]
+    assert stored["measured_at"] == first["measured_at"] and stored["rows"] == first["rows"]
+    # another process reads it back instead of measuring again; --force measures again
+    again = json.loads(es_rag(env, "calibrate").stdout)
+    assert again["measured_at"] == first["measured_at"]
+    forced = json.loads(es_rag(env, "calibrate", "--force").stdout)
+    assert forced["measured_at"] > first["measured_at"]
+    assert forced["knn_median"] == pytest.approx(first["knn_median"], abs=1e-3)  # seeded
+    # the index contract still reads (the calibration is one more _meta key)
+    assert es_rag(env, "info").returncode == 0
+
+
+def test_the_operating_point_is_a_setting(env: dict[str, str]) -> None:
+    mars = "What is the boiling point of liquid nitrogen on Mars?"
+    assert context({**env, "ES_RAG_SUFFICIENCY": "off"}, mars)["sufficient"] is True
+    refund = "how long does a refund take?"
+    strict = context({**env, "ES_RAG_SUFFICIENCY_STRICTNESS": "50"}, refund)
+    assert strict["sufficient"] is False and "below" in strict["reason"]
+    fixed = context({**env, "ES_RAG_MIN_KNN_SCORE": "0.1"}, mars)  # a fixed threshold wins
+    assert fixed["sufficient"] is True and "0.1" in fixed["reason"]
