@@ -30,6 +30,7 @@ import logging
 import math
 import random
 import re
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -308,6 +309,7 @@ class _Held:
 
 
 _HELD: dict[tuple[int, str], _Held] = {}
+_MEASURING = threading.Lock()  # one calibration at a time per process (serve's threads)
 
 
 def current(searcher: Searcher, *, force: bool = False) -> Calibration:
@@ -319,21 +321,29 @@ def current(searcher: Searcher, *, force: bool = False) -> Calibration:
     """
     served = searcher.generation()
     key = (id(searcher.engine), served.index)
-    now = time.monotonic()
     held = _HELD.get(key)
-    if held and not force and now - held.checked < RECHECK_S:
+    if held and not force and time.monotonic() - held.checked < RECHECK_S:
         return held.calibration
+    with _MEASURING:
+        held = _HELD.get(key)  # another thread may have measured it while this one waited
+        if held and not force and time.monotonic() - held.checked < RECHECK_S:
+            return held.calibration
+        return _refresh(searcher, served.index, key, force=force)
+
+
+def _refresh(searcher: Searcher, index: str, key: tuple[int, str], *, force: bool) -> Calibration:
+    served = searcher.generation()
     engine = searcher.engine
-    rows = engine.count(served.index, build.CHILDREN_ONLY)
+    rows = engine.count(index, build.CHILDREN_ONLY)
     model = served.embedder.embedding_version
-    meta = engine.mapping(served.index).get("_meta") or {}
+    meta = engine.mapping(index).get("_meta") or {}
     stored = meta.get(META_KEY)
     calibration = Calibration.from_meta(stored) if isinstance(stored, dict) else None
     if force or calibration is None or calibration.stale(model=model, rows=rows):
         calibration = calibrate(searcher)
         try:
-            engine.put_meta(served.index, {**meta, META_KEY: calibration.to_meta()})
+            engine.put_meta(index, {**meta, META_KEY: calibration.to_meta()})
         except EsRagError as exc:  # a key that may search but not manage: keep it here
             log.warning("sufficiency: cannot store the calibration in _meta (%s)", exc)
-    _HELD[key] = _Held(calibration, now)
+    _HELD[key] = _Held(calibration, time.monotonic())
     return calibration
