@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from es_rag.acl import acl_filter, make_caller  # noqa: E402
 from es_rag.config import Settings  # noqa: E402
 from es_rag.datasets import load  # noqa: E402
+from es_rag.eval_runner import EVAL_TENANT  # noqa: E402
 from es_rag.evaluation import dedupe, ndcg_at_k, recall_at_k  # noqa: E402
 from es_rag.query import build  # noqa: E402
 from es_rag.query.fusion import confidence_weights, rrf  # noqa: E402
@@ -46,7 +47,7 @@ DOC_OF: dict[str, str] = {}  # chunk id → doc id
 
 
 def gather(searcher: Searcher, queries: dict[str, str], depth: int) -> dict[str, Lists]:
-    caller = make_caller("eval", users=["user:eval"])
+    caller = make_caller(EVAL_TENANT, users=["user:eval"])
     acl = acl_filter(caller)
     out: dict[str, Lists] = {}
     for qid, text in queries.items():
@@ -107,6 +108,35 @@ def fuse_cc(lists: Lists, *, alpha: float) -> list[str]:
     return sorted(docs, key=lambda d: -(alpha * b.get(d, 0.0) + (1 - alpha) * v.get(d, 0.0)))
 
 
+def zscore(items: list[tuple[str, float]]) -> tuple[dict[str, float], float]:
+    """Scores as standard deviations from the list's mean; and the floor a document the
+    retriever did not return gets (the list's lowest z, as if last in the window)."""
+    if not items:
+        return {}, 0.0
+    values = [s for _, s in items]
+    mean, std = statistics.fmean(values), statistics.pstdev(values)
+    z = {d: (s - mean) / std if std > 0 else 0.0 for d, s in items}
+    return z, min(z.values())
+
+
+def fuse_z(lists: Lists, *, alpha: float) -> list[str]:
+    (b, b0), (v, v0) = zscore(lists["bm25"]), zscore(lists["knn"])
+    docs = set(b) | set(v)
+    return sorted(docs, key=lambda d: -(alpha * b.get(d, b0) + (1 - alpha) * v.get(d, v0)))
+
+
+def doc_level(lists: Lists) -> Lists:
+    """Each retriever's list of documents (at their best chunk), ids replaced by doc ids:
+    fusion of documents rather than of chunks."""
+    out: Lists = {}
+    for name, items in lists.items():
+        seen: dict[str, float] = {}
+        for chunk, value in items:
+            seen.setdefault(DOC_OF[chunk], value)
+        out[name] = list(seen.items())
+    return out
+
+
 def fuse_conf(lists: Lists, *, k: int, window: int) -> list[str]:
     pair = {n: lists[n] for n in ("bm25", "knn")}
     weights = confidence_weights({n: [s for _, s in v] for n, v in pair.items()})
@@ -134,6 +164,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", type=Path)
+    ap.add_argument("--lists-out", type=Path, help="keep the retrieved lists for --across")
     args = ap.parse_args()
     data = load(args.dataset, args.format, split=args.split)
     settings = Settings(index=args.index)
@@ -154,8 +185,14 @@ def main() -> None:
         grid["conf-rrf"][f"k={k}"] = lambda x, k=k: fuse_conf(x, k=k, window=window)
     for a in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
         grid["cc"][f"alpha={a:g}"] = lambda x, a=a: fuse_cc(x, alpha=a)
+    for a in (0.3, 0.4, 0.5, 0.6, 0.7):
+        grid.setdefault("z", {})[f"alpha={a:g}"] = lambda x, a=a: fuse_z(x, alpha=a)
     grid["rrf-default"] = {"k=60,w=1": lambda x: fuse_rrf(x, k=60, w=1.0, window=window)}
     grid["conf-rrf-default"] = {"k=60": lambda x: fuse_conf(x, k=60, window=window)}
+
+    if args.lists_out:
+        saved = {"name": data.name, "lists": lists, "doc_of": DOC_OF, "qrels": data.qrels}
+        args.lists_out.write_text(json.dumps(saved))
 
     def run_all(fn: Callable[[Lists], list[str]]) -> dict[str, list[str]]:
         return {q: dedupe([DOC_OF[c] for c in fn(lists[q])]) for q in qids}

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Choose a fusion across collections: leave one collection out, report it on that one.
+
+    python scripts/fusion_across.py LISTS.json [LISTS.json ...]
+
+Each file is what ``scripts/fusion_study.py --lists-out`` kept for one collection: every
+query's BM25 and kNN top-100 chunks with their scores, which document each chunk belongs
+to, and the judgments. Every candidate fuses exactly those lists: RRF (k = 60), the convex
+combination of min-max normalised scores (``cc``) and of z-scores (``z``), each with the
+BM25 share alpha, on chunks (then documents at their best chunk, as the searcher does) or
+on documents (each retriever's documents at their best chunk, then fused). For each
+collection the candidate with the best mean nDCG@10 relative to RRF on the *other*
+collections is chosen and reported on this one. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import fusion_study as fs  # noqa: E402
+
+from es_rag.evaluation import dedupe, ndcg_at_k  # noqa: E402
+
+Method = Callable[[fs.Lists], list[str]]
+
+
+def candidates() -> dict[str, Method]:
+    out: dict[str, Method] = {
+        "bm25": lambda x: [d for d, _ in x["bm25"]],
+        "knn": lambda x: [d for d, _ in x["knn"]],
+        "rrf": lambda x: fs.fuse_rrf(x, k=60, w=1.0, window=100),
+        "rrf-doc": lambda x: fs.fuse_rrf(fs.doc_level(x), k=60, w=1.0, window=100),
+    }
+    for a in (0.3, 0.4, 0.5, 0.6, 0.7):
+        out[f"cc a={a:g}"] = lambda x, a=a: fs.fuse_cc(x, alpha=a)
+        out[f"cc-doc a={a:g}"] = lambda x, a=a: fs.fuse_cc(fs.doc_level(x), alpha=a)
+        out[f"z a={a:g}"] = lambda x, a=a: fs.fuse_z(x, alpha=a)
+        out[f"z-doc a={a:g}"] = lambda x, a=a: fs.fuse_z(fs.doc_level(x), alpha=a)
+    return out
+
+
+def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, float]]:
+    saved = json.loads(path.read_text())
+    fs.DOC_OF.clear()
+    fs.DOC_OF.update(saved["doc_of"])
+    fs.DOC_OF.update({d: d for d in set(saved["doc_of"].values())})  # doc-level ids
+    lists = {
+        q: {n: [tuple(p) for p in v] for n, v in ls.items()} for q, ls in saved["lists"].items()
+    }
+    qrels = saved["qrels"]
+    scores = {}
+    for name, fn in methods.items():
+        per_query = [
+            ndcg_at_k(dedupe([fs.DOC_OF[i] for i in fn(lists[q])]), qrels[q], 10) for q in lists
+        ]
+        scores[name] = statistics.fmean(per_query)
+    return saved["name"], scores
+
+
+def main() -> None:
+    methods = candidates()
+    table = dict(evaluate(Path(p), methods) for p in sys.argv[1:])
+    fused = [m for m in methods if m not in ("bm25", "knn")]
+    report: dict[str, Any] = {}
+    for name, scores in table.items():
+        others = [n for n in table if n != name]
+        chosen = max(
+            fused, key=lambda m: statistics.fmean(table[o][m] / table[o]["rrf"] for o in others)
+        )
+        best_single = max(scores["bm25"], scores["knn"])
+        report[name] = {
+            "bm25": round(scores["bm25"], 4),
+            "knn": round(scores["knn"], 4),
+            "rrf": round(scores["rrf"], 4),
+            "chosen_elsewhere": chosen,
+            "held_out": round(scores[chosen], 4),
+            "vs_rrf": round(scores[chosen] / scores["rrf"], 4),
+            "vs_best_single": round(scores[chosen] - best_single, 4),
+            "all": {m: round(v, 4) for m, v in scores.items()},
+        }
+    overall = max(fused, key=lambda m: statistics.fmean(t[m] / t["rrf"] for t in table.values()))
+    report["chosen_on_all"] = overall
+    report["mean_vs_rrf"] = {
+        m: round(statistics.fmean(t[m] / t["rrf"] for t in table.values()), 4) for m in fused
+    }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
