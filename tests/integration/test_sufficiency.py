@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from es_rag.acl import make_caller
+from es_rag.config import Settings
 from es_rag.engine.client import Engine
+from es_rag.query.context import ContextBuilder
+from es_rag.query.search import Searcher
 from tests.conftest import unique_index
 from tests.integration.conftest import drop_alias
 from tests.integration.test_cli import es_rag
@@ -65,12 +69,24 @@ def test_unanswerable_questions_are_refused_with_the_defaults(env: dict[str, str
         assert out["signals"]["best_knn_score"] >= out["signals"]["knn_threshold"]
 
 
-def test_what_a_caller_may_not_read_is_no_evidence(env: dict[str, str]) -> None:
+def builder(env: dict[str, str], engine: Engine, embedder, analyzer, **settings) -> ContextBuilder:  # type: ignore[no-untyped-def]
+    """The same index in this process (no model load per question), with ``settings``."""
+    base = Settings(
+        es_url=env["ES_RAG_ES_URL"],
+        index=env["ES_RAG_INDEX"],
+        embedding_model=env["ES_RAG_EMBEDDING_MODEL"],
+        **settings,
+    )
+    return ContextBuilder(Searcher(base, client=engine, embedder=embedder, analyzer=analyzer))
+
+
+def test_what_a_caller_may_not_read_is_no_evidence(env, engine, embedder, analyzer) -> None:  # type: ignore[no-untyped-def]
     question = "how much did unrecovered refunds cost as a share of volume in Q3?"
-    bob = context(env, question, "--tenant", "demo", "--as", "user:bob", "--group", "finance")
-    assert bob["sufficient"] is True and "0.4%" in bob["prompt"]
-    alice = context(env, question)
-    assert "0.4%" not in alice["prompt"] and "Q3 finance" not in alice["prompt"]
+    b = builder(env, engine, embedder, analyzer)
+    bob = b.build(question, caller=make_caller("demo", users=["bob"], groups=["finance"]))
+    assert bob.sufficient is True and "0.4%" in bob.prompt
+    alice = b.build(question, caller=make_caller("demo", users=["alice"]))
+    assert "0.4%" not in alice.prompt and "Q3 finance" not in alice.prompt
 
 
 def test_calibration_is_kept_in_the_index_meta(env: dict[str, str], engine: Engine) -> None:
@@ -92,11 +108,15 @@ def test_calibration_is_kept_in_the_index_meta(env: dict[str, str], engine: Engi
     assert es_rag(env, "info").returncode == 0
 
 
-def test_the_operating_point_is_a_setting(env: dict[str, str]) -> None:
+def test_the_operating_point_is_a_setting(env, engine, embedder, analyzer) -> None:  # type: ignore[no-untyped-def]
+    alice = make_caller("demo", users=["alice"])
     mars = "What is the boiling point of liquid nitrogen on Mars?"
-    assert context({**env, "ES_RAG_SUFFICIENCY": "off"}, mars)["sufficient"] is True
+    off = builder(env, engine, embedder, analyzer, sufficiency="off")
+    assert off.build(mars, caller=alice).sufficient is True
     refund = "how long does a refund take?"
-    strict = context({**env, "ES_RAG_SUFFICIENCY_STRICTNESS": "50"}, refund)
-    assert strict["sufficient"] is False and "below" in strict["reason"]
-    fixed = context({**env, "ES_RAG_MIN_KNN_SCORE": "0.1"}, mars)  # a fixed threshold wins
-    assert fixed["sufficient"] is True and "0.1" in fixed["reason"]
+    strict = builder(env, engine, embedder, analyzer, sufficiency_strictness=50.0)
+    verdict = strict.build(refund, caller=alice)
+    assert verdict.sufficient is False and "below" in verdict.reason
+    fixed = builder(env, engine, embedder, analyzer, min_knn_score=0.1)  # a fixed one wins
+    verdict = fixed.build(mars, caller=alice)
+    assert verdict.sufficient is True and "0.1" in verdict.reason
