@@ -17,7 +17,14 @@ EmbeddingBackend = Literal["sentence-transformers", "flag", "openai"]
 # quantised to int8 for the CPU); the last two need the `onnx` extra (optimum-onnx).
 EmbeddingRuntime = Literal["torch", "onnx", "onnx-int8"]
 StrategyName = Literal[
-    "auto", "bm25", "knn", "client-rrf", "client-linear", "native-rrf", "opensearch-hybrid"
+    "auto",
+    "bm25",
+    "knn",
+    "client-rrf",
+    "client-linear",
+    "client-zscore",
+    "native-rrf",
+    "opensearch-hybrid",
 ]
 EngineName = Literal["auto", "elasticsearch", "opensearch"]
 OpenSearchKnnEngine = Literal["lucene", "faiss", "nmslib"]
@@ -235,10 +242,11 @@ class Settings(BaseSettings):
     # --- search ---------------------------------------------------------------------------
     strategy: StrategyName = "auto"
     k: int = 10
-    fusion: Literal["rrf", "linear"] = Field(
+    fusion: Literal["rrf", "linear", "zscore"] = Field(
         default="rrf",
-        description="what `auto` fuses with: rrf (native where the cluster has it) or linear "
-        "(min-max score combination, client-side; better on both dev sets, see README)",
+        description="what `auto` fuses with: rrf (native where the cluster has it), linear "
+        "(min-max score combination) or zscore (z-score combination), both client-side; "
+        "see README for the evidence",
     )
     rank_constant: int = 60
     rank_window_size: int = 50

@@ -48,10 +48,18 @@ BASES = (
     "hybrid",
     "client-rrf",
     "client-linear",
+    "client-zscore",
     "native-rrf",
     "opensearch-hybrid",
 )
-FUSED = ("hybrid", "client-rrf", "client-linear", "native-rrf", "opensearch-hybrid")
+FUSED = (
+    "hybrid",
+    "client-rrf",
+    "client-linear",
+    "client-zscore",
+    "native-rrf",
+    "opensearch-hybrid",
+)
 EVAL_TENANT = "es-rag-eval"  # its rows are removed after a run in a live alias
 DEPTH = 100  # documents ranked per query (recall@100); the fusion window follows it
 

@@ -83,7 +83,8 @@ Filters = Annotated[
 Strategy = Annotated[
     str | None,
     typer.Option(
-        help="auto | bm25 | knn | client-rrf | client-linear | native-rrf | opensearch-hybrid"
+        help="auto | bm25 | knn | client-rrf | client-linear | client-zscore | native-rrf"
+        " | opensearch-hybrid"
     ),
 ]
 Rerank = Annotated[

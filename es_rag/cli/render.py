@@ -48,7 +48,7 @@ def search_text(response: SearchResponse, *, explain: bool = False) -> str:
 
 def explain_table(hits: Sequence[Hit]) -> str:
     """Each hit's rank, raw score and fusion share per retriever, fused and rerank scores."""
-    fusion = "linear" if any("linear" in h.explain for h in hits) else "rrf"
+    fusion = next((m for m in ("linear", "zscore") if any(m in h.explain for h in hits)), "rrf")
     head = (
         f"{'#':>3}  {'bm25 rank':>9} {'bm25 score':>10} {'bm25 ' + fusion:>11}  {'knn rank':>8} "
         f"{'knn score':>9} {'knn ' + fusion:>10}  {'fused':>8} {'rerank':>8}  doc"

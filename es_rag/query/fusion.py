@@ -110,6 +110,62 @@ def confidence_weights(
     return {name: len(conf) * c / total for name, c in conf.items()}
 
 
+def zscore(
+    scored: Mapping[str, Sequence[tuple[str, float]]],
+    *,
+    rank_window_size: int = 50,
+    weights: Mapping[str, float] | None = None,
+) -> list[Fused]:
+    """Weighted mean of z-normalised scores.
+
+    Each retriever's scores over its top ``rank_window_size`` become standard deviations
+    from their mean (a flat list: all 0); a document a retriever did not return gets that
+    retriever's lowest z in the window, as if it were last, rather than 0, which is the
+    mean and would reward being missed. Unlike min-max, one outlying top score does not
+    squash the rest of the list. Ties break as in :func:`rrf`.
+    """
+    weights = dict(weights or {})
+    names = list(scored)
+    total = sum(weights.get(n, 1.0) for n in names) or 1.0
+    normalised: dict[str, dict[str, float]] = {}
+    floors: dict[str, float] = {}
+    ranks: dict[str, dict[str, int | None]] = {}
+    for name in names:
+        seen: dict[str, float] = {}
+        for doc_id, value in scored[name]:
+            if doc_id not in seen and len(seen) < rank_window_size:
+                seen[doc_id] = value
+        if not seen:
+            continue
+        mean = sum(seen.values()) / len(seen)
+        std = (sum((v - mean) ** 2 for v in seen.values()) / len(seen)) ** 0.5
+        z = {d: (v - mean) / std if std > 0 else 0.0 for d, v in seen.items()}
+        normalised[name], floors[name] = z, min(z.values())
+        for rank, doc_id in enumerate(seen, start=1):
+            ranks.setdefault(doc_id, dict.fromkeys(names))[name] = rank
+    scores: dict[str, float] = {}
+    contribs: dict[str, dict[str, float]] = {}
+    for doc_id in ranks:
+        parts = {
+            n: weights.get(n, 1.0) / total * normalised[n].get(doc_id, floors[n])
+            for n in normalised
+        }
+        scores[doc_id] = sum(parts.values())
+        contribs[doc_id] = parts
+    missing = rank_window_size + 1
+
+    def key(doc_id: str) -> tuple[float, int, tuple[int, ...], str]:
+        doc_ranks = ranks[doc_id]
+        present = [r for r in doc_ranks.values() if r is not None]
+        order = tuple(missing if r is None else r for r in (doc_ranks[n] for n in names))
+        return (-scores[doc_id], min(present), order, doc_id)
+
+    return [
+        Fused(doc_id=d, score=scores[d], ranks=ranks[d], contributions=contribs[d])
+        for d in sorted(scores, key=key)
+    ]
+
+
 def linear(
     scored: Mapping[str, Sequence[tuple[str, float]]],
     *,

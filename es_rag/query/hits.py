@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from es_rag.query.fusion import linear, rrf, rrf_contribution
+from es_rag.query.fusion import linear, rrf, rrf_contribution, zscore
 from es_rag.types import Hit
 
 RETRIEVERS = ("bm25", "knn")
@@ -86,8 +86,8 @@ def client_fused(
 ) -> list[Hit]:
     """The BM25 and kNN responses of one ``_msearch``, fused here.
 
-    ``method`` is ``rrf`` (reciprocal rank fusion) or ``linear`` (convex combination of
-    min-max normalised scores); es_rag.query.fusion holds both.
+    ``method`` is ``rrf`` (reciprocal rank fusion), ``linear`` (convex combination of
+    min-max normalised scores) or ``zscore`` (of z-scores); es_rag.query.fusion holds them.
     """
     by_id: dict[str, dict[str, Any]] = {}
     raw_scores: dict[str, dict[str, float]] = {}
@@ -101,9 +101,10 @@ def client_fused(
             raw_scores.setdefault(raw["_id"], {})[name] = float(raw.get("_score") or 0.0)
             ids.append(raw["_id"])
         rankings[name] = ids
-    if method == "linear":
+    if method in ("linear", "zscore"):
         scored = {n: [(d, raw_scores[d][n]) for d in ids] for n, ids in rankings.items()}
-        fused = linear(scored, rank_window_size=window, weights=dict(weights))
+        fuse = linear if method == "linear" else zscore
+        fused = fuse(scored, rank_window_size=window, weights=dict(weights))
     else:
         fused = rrf(
             rankings, rank_constant=rank_constant, rank_window_size=window, weights=dict(weights)

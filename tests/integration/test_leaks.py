@@ -12,11 +12,11 @@ examples' documents of every tenant are always there to be leaked):
   and other principals' chunks always compete for the top ranks.
 
 Every search runs with every strategy that runs here (bm25, knn, client-rrf,
-client-linear), with and without a metadata filter, highlights on; plus ``context`` with
-parent and neighbour expansion, and with rerank. Each returned chunk, highlight, expanded
-evidence text and prompt is traced to its document through a marker word that every
-paragraph of a document carries, and checked against the ACL the test asked for, under an
-oracle written here (NFC, case folding) independently of es_rag.acl.
+client-linear, client-zscore), with and without a metadata filter, highlights on; plus
+``context`` with parent and neighbour expansion, and with rerank. Each returned chunk,
+highlight, expanded evidence text and prompt is traced to its document through a marker
+word that every paragraph of a document carries, and checked against the ACL the test
+asked for, under an oracle written here (NFC, case folding) independently of es_rag.acl.
 
 CI runs a bounded number of examples (``ES_RAG_LEAK_EXAMPLES``, default 100 per engine);
 ``pytest --long`` (1,000 examples, or ``ES_RAG_LEAK_EXAMPLES=N``) makes it a soak. The
@@ -55,7 +55,7 @@ GROUPS = ["staff", "finance", "ops"]
 VOCAB = ["refund", "merger", "salary", "vpn", "holiday", "invoice", "audit", "badge"]
 DOC_IDS = ["handbook.md", "a.md", "b.md"]
 PRODUCTS = ["pay", "hr"]
-STRATEGIES = ["bm25", "knn", "client-rrf", "client-linear"]
+STRATEGIES = ["bm25", "knn", "client-rrf", "client-linear", "client-zscore"]
 MARKER = re.compile(r"\bmk([0-9a-f]{10})\b")
 
 

@@ -16,7 +16,7 @@ from tests.integration import corpus
 
 pytestmark = pytest.mark.integration
 
-STRATEGIES = ("bm25", "knn", "client-rrf", "client-linear")
+STRATEGIES = ("bm25", "knn", "client-rrf", "client-linear", "client-zscore")
 
 
 @pytest.fixture(scope="module")
@@ -188,30 +188,31 @@ def test_search_requires_tenant(indexed: Searcher) -> None:
         indexed.search("x")
 
 
-def test_client_linear_equals_offline_fusion(indexed: Searcher) -> None:
+@pytest.mark.parametrize("method", ["linear", "zscore"])
+def test_score_fusion_equals_offline_fusion(indexed: Searcher, method: str) -> None:
     """Score fusion (opt-in) fuses the same two searches exactly as the pure function does."""
-    from es_rag.query.fusion import linear
+    from es_rag.query import fusion
 
     who = make_caller(corpus.TENANT, users=["user:bob"])
     window = indexed.settings.rank_window_size
     query = "refund card payment error"
     bm25 = indexed.search(query, caller=who, k=window, strategy="bm25").hits
     knn = indexed.search(query, caller=who, k=window, strategy="knn").hits
-    expected = linear(
+    expected = getattr(fusion, method)(
         {
             "bm25": [(h.chunk_id, h.score) for h in bm25],
             "knn": [(h.chunk_id, h.score) for h in knn],
         },
         rank_window_size=window,
     )
-    got = indexed.search(query, caller=who, k=5, strategy="client-linear")
-    assert got.strategy == "client-linear"
+    got = indexed.search(query, caller=who, k=5, strategy=f"client-{method}")
+    assert got.strategy == f"client-{method}"
     assert [h.chunk_id for h in got.hits] == [f.doc_id for f in expected[:5]]
     assert [h.score for h in got.hits] == pytest.approx([f.score for f in expected[:5]])
     auto = Searcher(
-        indexed.settings.model_copy(update={"fusion": "linear"}),
+        indexed.settings.model_copy(update={"fusion": method}),
         client=indexed.client,
         embedder=indexed.embedder,
         analyzer=indexed.analyzer,
     )
-    assert auto.search(query, caller=who, k=5).strategy == "client-linear"
+    assert auto.search(query, caller=who, k=5).strategy == f"client-{method}"

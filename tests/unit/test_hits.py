@@ -159,7 +159,10 @@ def test_auto_is_a_pure_function_of_the_probe_and_the_settings() -> None:
     assert resolve("auto", s.model_copy(update={"fusion": "linear"}), never)[0].name == (
         "client-linear"
     )
-    for name in ("bm25", "knn", "client-rrf", "client-linear"):
+    assert resolve("auto", s.model_copy(update={"fusion": "zscore"}), never)[0].name == (
+        "client-zscore"
+    )
+    for name in ("bm25", "knn", "client-rrf", "client-linear", "client-zscore"):
         assert resolve(name, s, never)[0].name == name
     with pytest.raises(StrategyUnavailableError, match="native-rrf cannot run: unknown"):
         resolve("native-rrf", s, lambda: cluster())
@@ -248,3 +251,27 @@ def test_the_query_cache_is_a_bounded_lru_shared_safely() -> None:
     for t in threads:
         t.join()
     assert len(shared) == 200
+
+
+def test_client_zscore_fuses_standardised_scores_and_floors_the_missing() -> None:
+    # bm25: a 10, b 0 -> z +1, -1; knn: b 0.9, c 0.6, a 0.3 -> z +1.22, 0, -1.22
+    bm25 = response(raw("a", 10.0), raw("b", 0.0))
+    knn = response(raw("b", 0.9), raw("c", 0.6), raw("a", 0.3))
+    out = hits.client_fused(
+        [bm25, knn], method="zscore", window=10, rank_constant=60, weights={"bm25": 1, "knn": 1}
+    )
+    z = 1.5**0.5
+    by_id = {h.chunk_id: h for h in out}
+    assert by_id["a"].scores["zscore"] == pytest.approx((1 - z) / 2)
+    assert by_id["b"].scores["zscore"] == pytest.approx((-1 + z) / 2)
+    # c was not in BM25's list: it gets BM25's lowest z (-1), not the mean (0)
+    assert by_id["c"].scores["zscore"] == pytest.approx((-1 + 0) / 2)
+    assert [h.chunk_id for h in out] == ["b", "a", "c"] and "zscore" in out[0].explain
+    flat = hits.client_fused(
+        [response(raw("a", 2.0), raw("b", 2.0)), response(raw("a", 0.5))],
+        method="zscore",
+        window=10,
+        rank_constant=60,
+        weights={"bm25": 1, "knn": 1},
+    )
+    assert [h.scores["zscore"] for h in flat] == [0.0, 0.0]  # flat lists carry no evidence

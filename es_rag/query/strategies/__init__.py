@@ -11,12 +11,21 @@ from es_rag.config import Settings
 from es_rag.engine.base import ClusterInfo
 from es_rag.errors import ConfigurationError, StrategyUnavailableError
 from es_rag.query.strategies.base import Query, Request, Strategy
-from es_rag.query.strategies.client import ClientLinear, ClientRRF
+from es_rag.query.strategies.client import ClientLinear, ClientRRF, ClientZScore
 from es_rag.query.strategies.server import NativeRRF, OpenSearchHybrid
 from es_rag.query.strategies.single import BM25, KNN
 
 REGISTRY: dict[str, Strategy] = {
-    s.name: s for s in (BM25(), KNN(), ClientRRF(), ClientLinear(), NativeRRF(), OpenSearchHybrid())
+    s.name: s
+    for s in (
+        BM25(),
+        KNN(),
+        ClientRRF(),
+        ClientLinear(),
+        ClientZScore(),
+        NativeRRF(),
+        OpenSearchHybrid(),
+    )
 }
 NAMES = ("auto", *REGISTRY)
 
@@ -30,15 +39,15 @@ def resolve(
 
     Pure but for ``cluster``, the probe, which is asked only when the answer depends on it:
     ``auto`` takes the server's fusion where it runs (native RRF, the OpenSearch hybrid
-    query), else client-side RRF and says why; with ``ES_RAG_FUSION=linear`` it is score
-    fusion here, on any cluster. A forced strategy the cluster cannot run is an error.
+    query), else client-side RRF and says why; with ``ES_RAG_FUSION=linear`` or ``zscore``
+    it is score fusion here, on any cluster. A forced strategy the cluster cannot run is an error.
     """
     name = requested or settings.strategy
     if name not in NAMES:
         raise ConfigurationError(f"unknown strategy {name!r}; expected one of {NAMES}")
     if name == "auto":
-        if settings.fusion == "linear":
-            return REGISTRY["client-linear"], None
+        if settings.fusion != "rrf":  # score fusion runs here, on any cluster
+            return REGISTRY[f"client-{settings.fusion}"], None
         info = cluster()
         for candidate in ("native-rrf", "opensearch-hybrid"):
             if REGISTRY[candidate].available(info)[0]:

@@ -51,3 +51,10 @@ class ClientLinear(ClientFusion):
 
     name = "client-linear"
     method = "linear"
+
+
+class ClientZScore(ClientFusion):
+    """Weighted mean of z-normalised scores (es_rag.query.fusion.zscore)."""
+
+    name = "client-zscore"
+    method = "zscore"
