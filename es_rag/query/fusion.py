@@ -23,6 +23,40 @@ class Fused:
     contributions: dict[str, float] = field(default_factory=dict)
 
 
+def _ranked(
+    scores: Mapping[str, float],
+    ranks: Mapping[str, Mapping[str, int | None]],
+    contributions: Mapping[str, dict[str, float]],
+    names: Sequence[str],
+    rank_window_size: int,
+) -> list[Fused]:
+    """Best first. Ties break deterministically: the better best rank first (a document one
+    retriever put first beats one that was second twice, at equal score), then retriever
+    order (the first retriever's view wins), then the id."""
+    missing = rank_window_size + 1
+
+    def key(doc_id: str) -> tuple[float, int, tuple[int, ...], str]:
+        doc_ranks = ranks[doc_id]
+        present = [r for r in doc_ranks.values() if r is not None]
+        order = tuple(missing if r is None else r for r in (doc_ranks[n] for n in names))
+        return (-scores[doc_id], min(present), order, doc_id)
+
+    return [
+        Fused(doc_id=d, score=scores[d], ranks=dict(ranks[d]), contributions=contributions[d])
+        for d in sorted(scores, key=key)
+    ]
+
+
+def _window(scored: Sequence[tuple[str, float]], size: int) -> dict[str, float]:
+    """A retriever's first ``size`` documents with their scores, in its order; a repeat
+    keeps its first (best) score."""
+    seen: dict[str, float] = {}
+    for doc_id, value in scored:
+        if doc_id not in seen and len(seen) < size:
+            seen[doc_id] = value
+    return seen
+
+
 def rrf_contribution(rank: int, *, rank_constant: int, weight: float = 1.0) -> float:
     return weight / (rank_constant + rank)
 
@@ -34,12 +68,7 @@ def rrf(
     rank_window_size: int = 50,
     weights: Mapping[str, float] | None = None,
 ) -> list[Fused]:
-    """Fuse ranked id lists (best first) into one list, best first.
-
-    Ties are broken deterministically: the better best-rank first (a document that one
-    retriever put first beats one that was second twice, at equal score), then retriever
-    order (the first retriever's view wins), then the id.
-    """
+    """Fuse ranked id lists (best first) into one list, best first (ties: :func:`_ranked`)."""
     if rank_constant < 1 or rank_window_size < 1:
         raise ValueError("rank_constant and rank_window_size must be >= 1")
     weights = dict(weights or {})
@@ -63,17 +92,7 @@ def rrf(
             ranks.setdefault(doc_id, dict.fromkeys(names))[name] = rank
             contribs.setdefault(doc_id, {})[name] = value
 
-    def key(doc_id: str) -> tuple[float, int, tuple[int, ...], str]:
-        doc_ranks = ranks[doc_id]
-        present = [r for r in doc_ranks.values() if r is not None]
-        missing = rank_window_size + 1
-        order = tuple(missing if r is None else r for r in (doc_ranks[n] for n in names))
-        return (-scores[doc_id], min(present), order, doc_id)
-
-    return [
-        Fused(doc_id=d, score=scores[d], ranks=ranks[d], contributions=contribs[d])
-        for d in sorted(scores, key=key)
-    ]
+    return _ranked(scores, ranks, contribs, names, rank_window_size)
 
 
 def confidence(scores: Sequence[float], *, top: int = 10) -> float:
@@ -131,10 +150,7 @@ def zscore(
     floors: dict[str, float] = {}
     ranks: dict[str, dict[str, int | None]] = {}
     for name in names:
-        seen: dict[str, float] = {}
-        for doc_id, value in scored[name]:
-            if doc_id not in seen and len(seen) < rank_window_size:
-                seen[doc_id] = value
+        seen = _window(scored[name], rank_window_size)
         if not seen:
             continue
         mean = sum(seen.values()) / len(seen)
@@ -152,18 +168,7 @@ def zscore(
         }
         scores[doc_id] = sum(parts.values())
         contribs[doc_id] = parts
-    missing = rank_window_size + 1
-
-    def key(doc_id: str) -> tuple[float, int, tuple[int, ...], str]:
-        doc_ranks = ranks[doc_id]
-        present = [r for r in doc_ranks.values() if r is not None]
-        order = tuple(missing if r is None else r for r in (doc_ranks[n] for n in names))
-        return (-scores[doc_id], min(present), order, doc_id)
-
-    return [
-        Fused(doc_id=d, score=scores[d], ranks=ranks[d], contributions=contribs[d])
-        for d in sorted(scores, key=key)
-    ]
+    return _ranked(scores, ranks, contribs, names, rank_window_size)
 
 
 def linear(
@@ -187,10 +192,7 @@ def linear(
     ranks: dict[str, dict[str, int | None]] = {}
     contribs: dict[str, dict[str, float]] = {}
     for name in names:
-        seen: dict[str, float] = {}
-        for doc_id, value in scored[name]:
-            if doc_id not in seen and len(seen) < rank_window_size:
-                seen[doc_id] = value
+        seen = _window(scored[name], rank_window_size)
         if not seen:
             continue
         lo, hi = min(seen.values()), max(seen.values())
@@ -200,15 +202,4 @@ def linear(
             scores[doc_id] = scores.get(doc_id, 0.0) + w * norm
             ranks.setdefault(doc_id, dict.fromkeys(names))[name] = rank
             contribs.setdefault(doc_id, {})[name] = w * norm
-    missing = rank_window_size + 1
-
-    def key(doc_id: str) -> tuple[float, int, tuple[int, ...], str]:
-        doc_ranks = ranks[doc_id]
-        present = [r for r in doc_ranks.values() if r is not None]
-        order = tuple(missing if r is None else r for r in (doc_ranks[n] for n in names))
-        return (-scores[doc_id], min(present), order, doc_id)
-
-    return [
-        Fused(doc_id=d, score=scores[d], ranks=ranks[d], contributions=contribs[d])
-        for d in sorted(scores, key=key)
-    ]
+    return _ranked(scores, ranks, contribs, names, rank_window_size)
