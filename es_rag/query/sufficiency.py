@@ -30,6 +30,7 @@ import logging
 import math
 import random
 import re
+import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -188,18 +189,20 @@ def probe_question(text: str, rng: random.Random) -> str | None:
 
 
 def calibrate(
-    searcher: Searcher, *, probes: int = PROBES, seed: int = 0, strategy: str | None = None
+    searcher: Searcher, *, probes: int = PROBES, seed: int = 0, rows: int | None = None
 ) -> Calibration:
     """Ask the index questions it cannot answer, and record how well they still score.
 
     Each probe is a span of a sampled chunk, asked by someone who may read that chunk
     with the chunk's whole document filtered out: the best similarity a question reaches
     when its answer is missing, in this index, with this model. (Asked with the document
-    present the spans score too easily to say anything about real questions.)
+    present the spans score too easily to say anything about real questions.) ``rows``:
+    the index's searchable chunks, when the caller has just counted them.
     """
     served = searcher.generation()
     engine = searcher.engine
-    rows = engine.count(served.index, build.CHILDREN_ONLY)
+    if rows is None:
+        rows = engine.count(served.index, build.CHILDREN_ONLY)
     body = {
         "size": probes * 2,
         "_source": ["content", "doc_id", "tenant_id", "visibility", "allowed_principals"],
@@ -223,33 +226,25 @@ def calibrate(
             continue
         caller = _reader(src)
         without = {"bool": {"must_not": [{"term": {"doc_id": src["doc_id"]}}]}}
-        response = searcher.search(
-            question, caller=caller, k=k, clauses=[without], strategy=strategy, rerank=False
-        )
+        response = searcher.search(question, caller=caller, k=k, clauses=[without], rerank=False)
         negatives.append(signals(searcher, question, response, caller))
     return from_probes(negatives, model=served.embedder.embedding_version, rows=rows)
 
 
 def from_probes(negatives: Sequence[Signals], *, model: str, rows: int) -> Calibration:
-    knn = sorted(float(v) for r in negatives if (v := r.get("best_knn")) is not None)
+    knn = [float(v) for r in negatives if (v := r.get("best_knn")) is not None]
     enough = len(knn) >= MIN_PROBES
+    # deciles with linear interpolation between order statistics (numpy's default)
+    deciles = statistics.quantiles(knn, n=10, method="inclusive") if enough else None
     return Calibration(
-        knn_median=_quantile(knn, 0.5) if enough else None,
-        knn_p90=_quantile(knn, 0.9) if enough else None,
+        knn_median=deciles[4] if deciles else None,
+        knn_p90=deciles[8] if deciles else None,
         model=model,
         rows=rows,
         probes=len(negatives),
         measured_at=time.time(),
         negatives=list(negatives),
     )
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    pos = q * (len(values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
 def _reader(source: Mapping[str, Any]) -> Caller:
@@ -340,7 +335,7 @@ def _refresh(searcher: Searcher, index: str, key: tuple[int, str], *, force: boo
     stored = meta.get(META_KEY)
     calibration = Calibration.from_meta(stored) if isinstance(stored, dict) else None
     if force or calibration is None or calibration.stale(model=model, rows=rows):
-        calibration = calibrate(searcher)
+        calibration = calibrate(searcher, rows=rows)
         try:
             engine.put_meta(index, {**meta, META_KEY: calibration.to_meta()})
         except EsRagError as exc:  # a key that may search but not manage: keep it here
