@@ -243,10 +243,10 @@ class Settings(BaseSettings):
     strategy: StrategyName = "auto"
     k: int = 10
     fusion: Literal["rrf", "linear", "zscore"] = Field(
-        default="rrf",
-        description="what `auto` fuses with: rrf (native where the cluster has it), linear "
-        "(min-max score combination) or zscore (z-score combination), both client-side; "
-        "see README for the evidence",
+        default="zscore",
+        description="what `auto` fuses with: zscore (z-score combination, the best across "
+        "the seven dev collections) or linear (min-max combination), both client-side over "
+        "one _msearch; or rrf (native where the cluster has it); see README for the evidence",
     )
     rank_constant: int = 60
     rank_window_size: int = 50

@@ -36,7 +36,7 @@ def search(
     filter_: Filters = None,
     rerank: Rerank = None,
     explain: Annotated[
-        bool, typer.Option("--explain", help="table of ranks, RRF shares and rerank scores")
+        bool, typer.Option("--explain", help="table of ranks, fusion shares and rerank scores")
     ] = False,
     as_json: AsJson = False,
 ) -> None:

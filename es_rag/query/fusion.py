@@ -135,13 +135,15 @@ def zscore(
     rank_window_size: int = 50,
     weights: Mapping[str, float] | None = None,
 ) -> list[Fused]:
-    """Weighted mean of z-normalised scores.
+    """Weighted mean of z-normalised scores, measured from each list's last place.
 
     Each retriever's scores over its top ``rank_window_size`` become standard deviations
-    from their mean (a flat list: all 0); a document a retriever did not return gets that
-    retriever's lowest z in the window, as if it were last, rather than 0, which is the
-    mean and would reward being missed. Unlike min-max, one outlying top score does not
-    squash the rest of the list. Ties break as in :func:`rrf`.
+    from their mean (a flat list: all 0). A document a retriever did not return counts as
+    that retriever's last place (its lowest z), not as its mean, which would reward being
+    missed; and each z is taken from that floor (``z - z_min``), which ranks exactly as
+    the plain z does but keeps every share and every fused score non-negative, as search
+    scores are in Elasticsearch. Unlike min-max, one outlying top score does not squash the
+    rest of the list. Ties break as in :func:`rrf`.
     """
     weights = dict(weights or {})
     names = list(scored)
@@ -163,7 +165,7 @@ def zscore(
     contribs: dict[str, dict[str, float]] = {}
     for doc_id in ranks:
         parts = {
-            n: weights.get(n, 1.0) / total * normalised[n].get(doc_id, floors[n])
+            n: weights.get(n, 1.0) / total * (normalised[n].get(doc_id, floors[n]) - floors[n])
             for n in normalised
         }
         scores[doc_id] = sum(parts.values())

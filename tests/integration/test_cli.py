@@ -95,7 +95,7 @@ def test_search_json_contract(cli_env: dict[str, str], folder: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["strategy"] == "client-rrf"
+    assert out["strategy"] == "client-zscore"
     assert set(out["timings_ms"]) >= {"embed", "search", "fuse"}
     hit = out["hits"][0]
     for key in (

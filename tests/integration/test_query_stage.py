@@ -157,11 +157,14 @@ def test_highlights_come_from_the_filtered_search(s: Searcher) -> None:
     assert not s.search("Initech merger", caller=OUTSIDER, k=5, strategy="bm25").hits
 
 
-def test_explanation_adds_up(s: Searcher) -> None:
-    hits = s.search("annual leave carried over", caller=CALLER, k=5, strategy="client-rrf").hits
+@pytest.mark.parametrize(("strategy", "method"), [("client-rrf", "rrf"), ("auto", "zscore")])
+def test_explanation_adds_up(s: Searcher, strategy: str, method: str) -> None:
+    hits = s.search("annual leave carried over", caller=CALLER, k=5, strategy=strategy).hits
     for h in hits:
-        parts = [h.explain[r]["rrf"] for r in ("bm25", "knn") if h.explain[r]["rank"]]
-        assert sum(parts) == pytest.approx(h.explain["rrf"]) == pytest.approx(h.score)
+        # a retriever that missed the chunk adds nothing (RRF) or its last place, 0 (z-score)
+        parts = [h.explain[r][method] or 0.0 for r in ("bm25", "knn")]
+        assert sum(parts) == pytest.approx(h.explain[method]) == pytest.approx(h.score)
+        assert all(p >= 0 for p in parts)
         for r in ("bm25", "knn"):
             assert h.explain[r]["rank"] == h.ranks[r]
 

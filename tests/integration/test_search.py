@@ -95,9 +95,23 @@ def test_hit_shape_and_timings(indexed: Searcher) -> None:
     assert hit.text and len(hit.chunk_id) == 32
 
 
-def test_auto_falls_back_to_client_rrf_and_says_why(indexed: Searcher) -> None:
+def test_auto_is_client_zscore_by_default(indexed: Searcher) -> None:
     who = make_caller(corpus.TENANT, users=["user:bob"])
-    response = indexed.search("refund", caller=who, k=3, strategy="auto")
+    response = indexed.search("refund", caller=who, k=3)
+    assert response.strategy == "client-zscore" and response.note is None
+    assert response.hits[0].doc_id.startswith("refund")
+    assert all(h.score >= 0 for h in response.hits)  # as Elasticsearch's scores are
+
+
+def test_auto_with_rrf_falls_back_to_client_rrf_and_says_why(indexed: Searcher) -> None:
+    who = make_caller(corpus.TENANT, users=["user:bob"])
+    rrf = Searcher(
+        indexed.settings.model_copy(update={"fusion": "rrf"}),
+        client=indexed.client,
+        embedder=indexed.embedder,
+        analyzer=indexed.analyzer,
+    )
+    response = rrf.search("refund", caller=who, k=3, strategy="auto")
     info = indexed.cluster()
     if info.native_rrf:  # a full cluster with an Enterprise/trial license
         assert response.strategy == "native-rrf"

@@ -93,8 +93,10 @@ def test_native_engines_only_when_vouched_for() -> None:
     assert OpenSearchEngine(client).knn_engines(()) == ()
 
 
-def opensearch_searcher(hybrid: bool) -> Searcher:
-    searcher = Searcher(Settings(engine="opensearch"), client=OpenSearch(hosts=["http://x:1"]))
+def opensearch_searcher(hybrid: bool, fusion: str = "rrf") -> Searcher:
+    searcher = Searcher(
+        Settings(engine="opensearch", fusion=fusion), client=OpenSearch(hosts=["http://x:1"])
+    )
     why = "" if hybrid else "the opensearch-neural-search plugin is not installed"
     searcher._cluster = ClusterInfo(
         flavor="opensearch",
@@ -111,7 +113,9 @@ def opensearch_searcher(hybrid: bool) -> Searcher:
 
 
 def test_auto_picks_the_hybrid_query_where_neural_search_runs() -> None:
+    # With RRF chosen; the default z-score fusion runs client-side even there.
     assert opensearch_searcher(True).resolve_strategy("auto") == ("opensearch-hybrid", None)
+    assert opensearch_searcher(True, "zscore").resolve_strategy("auto") == ("client-zscore", None)
     assert opensearch_searcher(True).resolve_strategy("opensearch-hybrid")[0] == (
         "opensearch-hybrid"
     )
@@ -138,3 +142,4 @@ def test_a_closed_port_is_engine_unavailable_for_both_clients(flavor: str) -> No
     engine = make_engine(settings)
     with pytest.raises(EngineUnavailableError, match="count: search server unreachable"):
         engine.count("x", {"match_all": {}})
+

@@ -147,7 +147,10 @@ def never() -> ClusterInfo:
 
 
 def test_auto_is_a_pure_function_of_the_probe_and_the_settings() -> None:
-    s = Settings()
+    # The default fusion, z-scores, runs here on any cluster: no probe is needed.
+    assert Settings().fusion == "zscore"
+    assert resolve("auto", Settings(), never) == (REGISTRY["client-zscore"], None)
+    s = Settings(fusion="rrf")
     assert resolve("auto", s, lambda: cluster(native_rrf=True)) == (REGISTRY["native-rrf"], None)
     strategy, note = resolve(None, s, lambda: cluster())
     assert (
@@ -260,12 +263,13 @@ def test_client_zscore_fuses_standardised_scores_and_floors_the_missing() -> Non
     out = hits.client_fused(
         [bm25, knn], method="zscore", window=10, rank_constant=60, weights={"bm25": 1, "knn": 1}
     )
-    z = 1.5**0.5
+    z = 1.5**0.5  # each z is counted from its list's floor: bm25 -1, knn -z
     by_id = {h.chunk_id: h for h in out}
-    assert by_id["a"].scores["zscore"] == pytest.approx((1 - z) / 2)
-    assert by_id["b"].scores["zscore"] == pytest.approx((-1 + z) / 2)
-    # c was not in BM25's list: it gets BM25's lowest z (-1), not the mean (0)
-    assert by_id["c"].scores["zscore"] == pytest.approx((-1 + 0) / 2)
+    assert by_id["a"].scores["zscore"] == pytest.approx((2 + 0) / 2)
+    assert by_id["b"].scores["zscore"] == pytest.approx((0 + 2 * z) / 2)
+    # c was not in BM25's list: it gets BM25's lowest z (-1, so 0), not the mean (0, so 1)
+    assert by_id["c"].scores["zscore"] == pytest.approx((0 + z) / 2)
+    assert min(h.scores["zscore"] for h in out) >= 0
     assert [h.chunk_id for h in out] == ["b", "a", "c"] and "zscore" in out[0].explain
     flat = hits.client_fused(
         [response(raw("a", 2.0), raw("b", 2.0)), response(raw("a", 0.5))],

@@ -38,9 +38,11 @@ def resolve(
     """(the strategy that will run, a note explaining an automatic choice).
 
     Pure but for ``cluster``, the probe, which is asked only when the answer depends on it:
-    ``auto`` takes the server's fusion where it runs (native RRF, the OpenSearch hybrid
-    query), else client-side RRF and says why; with ``ES_RAG_FUSION=linear`` or ``zscore``
-    it is score fusion here, on any cluster. A forced strategy the cluster cannot run is an error.
+    ``auto`` is score fusion here, on any cluster, with ``ES_RAG_FUSION=zscore`` (the
+    default) or ``linear``: no cluster computes z-score fusion as it is defined here. With
+    ``ES_RAG_FUSION=rrf`` it takes the server's fusion where it runs (native RRF, the
+    OpenSearch hybrid query), else client-side RRF and says why. A forced strategy the
+    cluster cannot run is an error.
     """
     name = requested or settings.strategy
     if name not in NAMES:
