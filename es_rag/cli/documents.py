@@ -67,7 +67,6 @@ def ingest(
     """Ingest files inline, or through the queue with --queue (workers: `es-rag worker`)."""
     from es_rag.acl import make_acl
     from es_rag.files import expand_paths
-    from es_rag.jobs import AclPayload
     from es_rag.pipeline import Ingestor
 
     settings = settings_of(ctx)
@@ -88,6 +87,8 @@ def ingest(
         metadata[key] = value
     ingestor = Ingestor(settings)
     if queue:
+        from es_rag.jobs.payloads import AclPayload  # the queue's imports (Celery) only here
+
         payload = AclPayload(tenant=tenant, public=public, allow=allow or [], deny=deny or [])
         _ingest_queued(
             ingestor,

@@ -143,3 +143,52 @@ def test_a_closed_port_is_engine_unavailable_for_both_clients(flavor: str) -> No
     with pytest.raises(EngineUnavailableError, match="count: search server unreachable"):
         engine.count("x", {"match_all": {}})
 
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body", "expected"),
+    [
+        (200, {"X-Elastic-Product": "Elasticsearch"}, {"version": {"number": "9.2.8"}}, "es"),
+        (200, {}, {"version": {"distribution": "opensearch", "number": "3.5.0"}}, "os"),
+        (405, {}, {"error": "Incorrect HTTP method for uri [/]"}, "es"),
+        (401, {}, {"error": "unauthorized"}, "401"),
+        (403, {}, {"error": "forbidden"}, "403"),
+    ],
+)
+def test_engine_detection_reads_the_servers_answer(
+    status: int, headers: dict[str, str], body: dict[str, object], expected: str
+) -> None:
+    """GET / through the elasticsearch client: OpenSearch's answer is read from the
+    client's refusal, a 405 is Elasticsearch's integ-test build, 401/403 are named."""
+    import http.server
+    import json
+    import threading
+
+    from es_rag.engine.client import detect_flavor
+    from es_rag.errors import EngineError
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            for name, value in {**headers, "Content-Type": "application/json"}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings = Settings(es_url=f"http://127.0.0.1:{server.server_address[1]}")
+        if expected in ("401", "403"):
+            with pytest.raises(EngineError, match=f"detect engine: {expected} from"):
+                detect_flavor(settings)
+        else:
+            want = {"es": "elasticsearch", "os": "opensearch"}[expected]
+            assert detect_flavor(settings) == want
+    finally:
+        server.shutdown()
+        server.server_close()
