@@ -190,7 +190,7 @@ class Searcher(Parts):
         q = self._query(query, chosen, served, caller, clauses, depth, timings)
 
         t0 = time.perf_counter()
-        responses = self._send(chosen.bodies(q, self.engine), q.acl)
+        responses = self.send(chosen.bodies(q, self.engine), q.acl)
         timings["search"] = _ms(t0)
         t0 = time.perf_counter()
         hits = chosen.hits(responses, q)
@@ -322,12 +322,15 @@ class Searcher(Parts):
         body = build.rows_body(acl, ids=ids, neighbours=neighbours)
         if body is None:
             return []
-        (resp,) = self._send(Request(body=body), acl)
+        (resp,) = self.send(Request(body=body), acl)
         return [{"_id": h["_id"], **h["_source"]} for h in resp["hits"]["hits"]]
 
     # --- execution -----------------------------------------------------------------------
-    def _send(self, request: Request, acl: dict[str, Any]) -> list[dict[str, Any]]:
-        """Check every body against the ACL guard, then send: one search or one msearch."""
+    def send(self, request: Request, acl: dict[str, Any]) -> list[dict[str, Any]]:
+        """Check every body against the ACL guard, then send: one search or one msearch.
+
+        The one way a request built outside this class (the sufficiency check's term
+        counts) reaches the index, so nothing that queries rows escapes the guard."""
         if request.searches is not None:
             searches = request.searches
             check_msearch(searches, acl)

@@ -103,7 +103,7 @@ def _frequencies(
             {"index": index},
             {"size": 0, "track_total_hits": True, "query": {"bool": {"filter": clauses}}},
         ]
-    responses = searcher._send(Request(searches=searches), acl)
+    responses = searcher.send(Request(searches=searches), acl)
     counts = [int(r["hits"]["total"]["value"]) for r in responses]
     return counts[0], dict(zip(terms, counts[1:], strict=True))
 
