@@ -8,7 +8,10 @@ query's BM25 and kNN top-100 chunks with their scores, which document each chunk
 to, and the judgments. Every candidate fuses exactly those lists: RRF (k = 60), the convex
 combination of min-max normalised scores (``cc``) and of z-scores (``z``), each with the
 BM25 share alpha, on chunks (then documents at their best chunk, as the searcher does) or
-on documents (each retriever's documents at their best chunk, then fused). For each
+on documents (each retriever's documents at their best chunk, then fused); z-score fusion
+over each retriever's top 50 (the searcher's default window) as well as its top 100, RRF
+over the top 50 too; and two query-adaptive z-score fusions: weights from each retriever's
+top z (``z-top``, power p) and a bonus for chunks both retrievers returned (``z-mnz``). For each
 collection the candidate with the best mean nDCG@10 relative to RRF on the *other*
 collections is chosen and reported on this one. Prints one JSON object.
 """
@@ -45,6 +48,12 @@ def candidates() -> dict[str, Method]:
         out[f"cc-doc a={a:g}"] = lambda x, a=a: fs.fuse_cc(fs.doc_level(x), alpha=a)
         out[f"z a={a:g}"] = lambda x, a=a: fs.fuse_z(x, alpha=a)
         out[f"z-doc a={a:g}"] = lambda x, a=a: fs.fuse_z(fs.doc_level(x), alpha=a)
+    out["rrf window=50"] = lambda x: fs.fuse_rrf(x, k=60, w=1.0, window=50)
+    out["z window=50"] = lambda x: fs.fuse_z_top(x, power=0.0, window=50)
+    for p in (0.5, 1.0, 2.0, 3.0):
+        out[f"z-top p={p:g}"] = lambda x, p=p: fs.fuse_z_top(x, power=p)
+    for bonus in (0.25, 0.5, 1.0):
+        out[f"z-mnz b={bonus:g}"] = lambda x, bonus=bonus: fs.fuse_z_mnz(x, bonus=bonus)
     return out
 
 

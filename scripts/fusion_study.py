@@ -125,6 +125,33 @@ def fuse_z(lists: Lists, *, alpha: float) -> list[str]:
     return sorted(docs, key=lambda d: -(alpha * b.get(d, b0) + (1 - alpha) * v.get(d, v0)))
 
 
+def fuse_z_top(lists: Lists, *, power: float, window: int = 100) -> list[str]:
+    """Z-score fusion whose per-query weights follow how far each retriever's first hit
+    stands above its own window (its top z, to the power ``power``; 0 is plain z-score):
+    a retriever with one clear answer counts more, one with a flat list less."""
+    (b, b0), (v, v0) = zscore(lists["bm25"][:window]), zscore(lists["knn"][:window])
+    wb = max(b.values(), default=0.0) ** power if b else 0.0
+    wv = max(v.values(), default=0.0) ** power if v else 0.0
+    total = (wb + wv) or 1.0
+
+    def fused(d: str) -> float:
+        return (wb * (b.get(d, b0) - b0) + wv * (v.get(d, v0) - v0)) / total
+
+    return sorted(set(b) | set(v), key=lambda d: -fused(d))
+
+
+def fuse_z_mnz(lists: Lists, *, bonus: float) -> list[str]:
+    """Z-score fusion (from each list's floor) times ``1 + bonus`` for a chunk both
+    retrievers returned: agreement between them as evidence (CombMNZ's idea)."""
+    (b, b0), (v, v0) = zscore(lists["bm25"]), zscore(lists["knn"])
+
+    def fused(d: str) -> float:
+        both = d in b and d in v
+        return ((b.get(d, b0) - b0) + (v.get(d, v0) - v0)) * (1 + bonus * both)
+
+    return sorted(set(b) | set(v), key=lambda d: -fused(d))
+
+
 def doc_level(lists: Lists) -> Lists:
     """Each retriever's list of documents (at their best chunk), ids replaced by doc ids:
     fusion of documents rather than of chunks."""
