@@ -54,7 +54,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 searcher.search(text, caller=who, k=10)
                 took[w].append((time.perf_counter() - t0) * 1000)
-    out: dict[str, object] = {"strategy": searcher.search(texts[0], caller=who).strategy}
+    out: dict[str, object] = {"strategy": searcher.resolve_strategy(None)[0]}
     for w, ms in took.items():
         out[f"window_{w}"] = {
             "p50_ms": round(statistics.median(ms), 1),

@@ -130,8 +130,8 @@ def fuse_z_top(lists: Lists, *, power: float, window: int = 100) -> list[str]:
     stands above its own window (its top z, to the power ``power``; 0 is plain z-score):
     a retriever with one clear answer counts more, one with a flat list less."""
     (b, b0), (v, v0) = zscore(lists["bm25"][:window]), zscore(lists["knn"][:window])
-    wb = max(b.values(), default=0.0) ** power if b else 0.0
-    wv = max(v.values(), default=0.0) ** power if v else 0.0
+    wb = max(b.values()) ** power if b else 0.0
+    wv = max(v.values()) ** power if v else 0.0
     total = (wb + wv) or 1.0
 
     def fused(d: str) -> float:
