@@ -460,20 +460,21 @@ def test_search_server_restart_mid_ingest_is_retried(
     engine: Engine,
     engine_name: str,
 ) -> None:
-    from tests.conftest import TEST_ES_PORT, TEST_OS_PORT
+    from tests.conftest import TEST_ES_PORT
 
-    given = "ES_RAG_ES_URL" if engine_name == "elasticsearch" else "ES_RAG_TEST_OS_URL"
-    if os.environ.get(given):
-        pytest.skip(f"restarts the session's own server; {given} points at another one")
-    port, name = (
-        (TEST_ES_PORT, "pytest") if engine_name == "elasticsearch" else (TEST_OS_PORT, "pytest-os")
-    )
+    if engine_name == "opensearch":
+        # Not a gap: test_fault_suite restarts OpenSearch mid-ingest under two workers and
+        # checks that nothing is lost, duplicated or half-written; a second restart here
+        # cost CI two minutes (OpenSearch and its k-NN plugin start slowly on two cores).
+        pytest.skip("OpenSearch's mid-ingest restart is test_fault_suite's [opensearch] case")
+    if os.environ.get("ES_RAG_ES_URL"):
+        pytest.skip("restarts the session's own server; ES_RAG_ES_URL points at another one")
     folder = many_documents(tmp_path / "docs")
     Ingestor(settings_of(env), client=engine).init_index()  # index exists before the outage
     workers(env)
     enqueue_and_start(env, folder)
     script = str(ROOT / "scripts" / "search-server.sh")
-    args = ["--engine", engine_name, "--port", str(port), "--name", name]
+    args = ["--engine", engine_name, "--port", str(TEST_ES_PORT), "--name", "pytest"]
     server_script(script, "stop", *args)
     time.sleep(3)
     server_script(script, "start", *args)
