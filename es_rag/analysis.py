@@ -19,6 +19,7 @@ as ``ERR_REFUND_1042`` are kept whole *and* split, see :meth:`TextAnalyzer._iden
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import re
@@ -111,14 +112,23 @@ def _mark_class() -> str:
     )
 
 
-_MARKS = _mark_class()
-# A word: starts with a word character that is not Han (letters, digits, underscore), may
-# continue with marks.
-_WORD = rf"[^\W{_HAN}](?:[^\W{_HAN}]|[{_MARKS}])*"
-# A compound: words joined by single '.', '-' or '/' (v2.3.1, covid-19, tcp/ip, e.g).
-_TOKEN_RE = re.compile(rf"(?P<han>[{_HAN}]+)|(?P<word>{_WORD}(?:[./\-]{_WORD})*)")
+@functools.cache
+def _word_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The token and word-part patterns, built at first use: the scan of the code points
+    for marks takes a twentieth of a second, which a process that never analyses text (a
+    re-ingest that finds every file unchanged only checks the analyzer's version) skips.
+    """
+    marks = _mark_class()
+    # A word: starts with a word character that is not Han (letters, digits, underscore),
+    # may continue with marks.
+    word = rf"[^\W{_HAN}](?:[^\W{_HAN}]|[{marks}])*"
+    # A compound: words joined by single '.', '-' or '/' (v2.3.1, covid-19, tcp/ip, e.g).
+    token = re.compile(rf"(?P<han>[{_HAN}]+)|(?P<word>{word}(?:[./\-]{word})*)")
+    part = re.compile(rf"[^\W\d_](?:[^\W\d_]|[{marks}])*|\d+")
+    return token, part
+
+
 _SEPARATOR_RE = re.compile(r"[./\-]")
-_PART_RE = re.compile(rf"[^\W\d_](?:[^\W\d_]|[{_MARKS}])*|\d+")
 _DIGIT_RE = re.compile(r"\d")
 _DECIMAL_RE = re.compile(r"\d+\.\d+")
 _SPACE_RE = re.compile(r"\s")
@@ -275,7 +285,7 @@ class TextAnalyzer:
         if not text:
             return []
         out: list[str] = []
-        for match in _TOKEN_RE.finditer(_normalise(text)):
+        for match in _word_patterns()[0].finditer(_normalise(text)):
             han = match.group("han")
             if han is not None:
                 out.extend(self._han_terms(han))
@@ -288,7 +298,7 @@ class TextAnalyzer:
         standard-analysed ``content``. Stems would not match there, and stopwords would
         mark every "a" of a passage. Empty when every word is a stopword."""
         out: list[str] = []
-        for match in _TOKEN_RE.finditer(_normalise(text)):
+        for match in _word_patterns()[0].finditer(_normalise(text)):
             han = match.group("han")
             if han is not None:
                 out.append(han)
@@ -358,7 +368,7 @@ class TextAnalyzer:
             yield token  # 3.14 is a number, not 3 and 14
             return
         whole = _truncate(token)
-        parts = _PART_RE.findall(token)
+        parts = _word_patterns()[1].findall(token)
         if not parts:
             return  # only underscores: nothing to search for
         if len(parts) == 1 and parts[0] == token:

@@ -17,12 +17,14 @@ import html as html_lib
 import re
 from collections.abc import Sequence
 from functools import cache
-
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+from typing import TYPE_CHECKING
 
 from es_rag.errors import ParseLimitError
 from es_rag.types import Element
+
+if TYPE_CHECKING:  # imported when text is read: a fiftieth of a second of every CLI start
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 _CONTAINERS = frozenset(
     {
@@ -45,6 +47,8 @@ _PREFIX = re.compile(r"^[ \t>*+\-\d.)]*", re.MULTILINE)
 
 @cache
 def _parser() -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
     # Raw HTML stays text (a document is not a web page); tables are GFM's. A list level
     # is two tokens deep (the list and its item).
     options = {"html": False, "maxNesting": 2 * MAX_DEPTH + 20}

@@ -48,7 +48,7 @@ from es_rag.errors import (
     TransientError,
 )
 from es_rag.files import expand_paths, load_document, same_file
-from es_rag.generations import Generation, Generations
+from es_rag.generations import Generation, Generations, Layout
 from es_rag.parsing import Parser, parser_version
 from es_rag.parts import Parts
 from es_rag.rows import (
@@ -181,7 +181,7 @@ class Ingestor(Parts):
                     f"{own.index} (mirrored behind {self.settings.index!r}) does not match "
                     "the configuration: " + ("; ".join(diffs) or "it has no es-rag _meta")
                 )
-            self._add_later_fields()
+            self._add_later_fields(layout)
             self._dims = contract.dims
             self._ready = True
             return layout.primary.index, False
@@ -189,15 +189,16 @@ class Ingestor(Parts):
         if created:
             self.generations.forget()
         else:
-            self._add_later_fields()
+            # The layout read above still holds: ensure() created nothing.
+            self._add_later_fields(layout)
         # ensure() checked that the index's dims equal the contract's; a remote embedding
         # server that later changes model is still caught per batch against this number.
         self._dims = contract.dims
         self._ready = True
         return name, created
 
-    def _add_later_fields(self) -> None:
-        for gen in self.generations.layout(fresh=True).targets():
+    def _add_later_fields(self, layout: Layout) -> None:
+        for gen in layout.targets():
             add_later_fields(self.engine, gen.index)
 
     # --- one document ----------------------------------------------------------------------
@@ -602,10 +603,13 @@ class Ingestor(Parts):
         except EngineUnavailableError as exc:
             unavailable = str(exc)
 
+        flushed = False
+
         def flush() -> None:
-            nonlocal unavailable
+            nonlocal unavailable, flushed
             if not batch:
                 return
+            flushed = True
             try:
                 done = self.ingest_many(batch)
             except EngineUnavailableError as exc:
@@ -648,8 +652,8 @@ class Ingestor(Parts):
             if len(batch) >= batch_docs:
                 flush()
         flush()
-        if self._ready and not unavailable:
-            self.index.refresh()
+        if flushed and self._ready and not unavailable:
+            self.index.refresh()  # nothing to show when every file was unchanged or failed
         return results
 
     def unchanged_files(

@@ -89,6 +89,30 @@ app.add_typer(serving.keys_app, name="keys")
 app.add_typer(dashboards.dashboards_app, name="dashboards")
 
 
+# elastic_transport imports at once every HTTP backend it can find, but the CLI's requests
+# go through its synchronous urllib3 node: the asynchronous (aiohttp) and alternative
+# (requests, httpx) nodes and the Arrow serializer (pyarrow, which loads numpy) only cost start-up,
+# about a fifth of a second of every command, most of a re-ingest that finds nothing
+# changed. Those imports are optional there (an ImportError turns them off), and a None in
+# sys.modules is how Python makes one fail; the entries go again straight after, so a
+# later import (Unstructured uses requests) loads the real package.
+_NOT_FOR_THE_CLI = ("aiohttp", "httpx", "requests", "pyarrow")
+
+
+def _import_sync_transport() -> None:
+    if "elastic_transport" in sys.modules:
+        return
+    absent = [name for name in _NOT_FOR_THE_CLI if name not in sys.modules]
+    for name in absent:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import elasticsearch  # noqa: F401
+    finally:
+        for name in absent:
+            del sys.modules[name]
+
+
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _import_sync_transport()
     app()

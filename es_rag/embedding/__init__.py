@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from es_rag.embedding.base import Embedder, Kind
 from es_rag.embedding.local import FlagEmbedder, SentenceTransformerEmbedder
-from es_rag.embedding.remote import OpenAIEmbedder
 from es_rag.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from es_rag.config import Settings
+    from es_rag.embedding.remote import OpenAIEmbedder
 
 __all__ = [
     "Embedder",
@@ -26,6 +26,15 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "build_embedder",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The remote backend's HTTP client (httpx) is a tenth of a second of every CLI start.
+    if name == "OpenAIEmbedder":
+        from es_rag.embedding.remote import OpenAIEmbedder
+
+        return OpenAIEmbedder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_embedder(settings: Settings) -> Embedder:
@@ -61,6 +70,8 @@ def build_embedder(settings: Settings) -> Embedder:
     if backend == "openai":
         if not settings.embedding_url:
             raise ConfigurationError("ES_RAG_EMBEDDING_URL is required for the openai backend")
+        from es_rag.embedding.remote import OpenAIEmbedder
+
         key = settings.embedding_api_key
         return OpenAIEmbedder(
             **common,

@@ -5,6 +5,8 @@ batching, query/passage prefixes, L2 normalisation, shape checks and the version
 recorded in the index — so that a backend only has to turn one batch of texts into a matrix.
 Backends load lazily: building an embedder is free, which keeps CLI start-up, Celery worker
 forks and configuration validation cheap, and nothing touches the network until it must.
+numpy too is imported where vectors are made: a command that only checks the index's
+contract (a re-ingest of unchanged files) builds an embedder and never embeds.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal
 
 from es_rag.chunking import estimate_tokens
 from es_rag.errors import ConfigurationError, EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Kind = Literal["query", "passage"]
 
@@ -76,6 +79,8 @@ class Embedder(ABC):
         Every vector is checked (shape, finiteness, same width as the rest) because a wrong
         vector silently poisons an index, whereas an exception here costs one retry.
         """
+        import numpy as np
+
         if isinstance(texts, str):
             # A str is a Sequence[str]: embedding it would yield one vector per character.
             raise TypeError("embed() takes a sequence of texts; use embed_query() for one string")
@@ -209,6 +214,8 @@ class Embedder(ABC):
         return [f"q={_short_text(self.query_prefix)}", f"p={_short_text(self.passage_prefix)}"]
 
     def _check_batch(self, raw: Any, expected_rows: int, start: int) -> np.ndarray:
+        import numpy as np
+
         try:
             arr = np.asarray(raw, dtype=np.float32)
         except (TypeError, ValueError) as exc:
@@ -262,6 +269,8 @@ def _remember(key: str, version: str, dims: int) -> None:
 
 
 def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     if (norms == 0).any():
         # cosine similarity rejects zero vectors at index time; better to fail here, clearly.

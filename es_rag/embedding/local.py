@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal
 
 from es_rag.embedding.base import Embedder, Kind
 from es_rag.errors import ConfigurationError, EmbeddingError
 from es_rag.models import LazyModel, auto_device
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +337,8 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
         return None if length is None else int(length)
 
     def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+        import numpy as np
+
         st = self._get_model()
         # Quirk: encode() silently prepends the folder's default prompt when
         # config_sentence_transformers.json sets default_prompt_name; prompt="" turns that off
@@ -443,6 +446,7 @@ class FlagEmbedder(_LocalModelEmbedder):
         return flag
 
     def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+        import numpy as np
         import torch
 
         flag = self._get_model()

@@ -20,15 +20,20 @@ import tempfile
 from functools import cache
 from importlib import metadata as importlib_metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from es_rag import detect
-from es_rag.cleaning import clean
 from es_rag.config import Settings
 from es_rag.errors import DocumentTooLargeError, EmptyDocumentError, InputError
-from es_rag.parsing.child import partition_file
 from es_rag.parsing.common import JUNK_TITLE, SANDBOX_ENV, ParsedFile, ParseOptions, PdfStrategy
-from es_rag.sandbox import Limits, Sandbox, SharedServer
 from es_rag.types import Element
+
+# The sandbox, the child's partitioners and the cleaning are imported where a file is
+# parsed: a process that only asks ``parser_version`` or ``file_problem`` (a re-ingest
+# that finds every file unchanged) would otherwise spend a twentieth of a second on them.
+if TYPE_CHECKING:
+    from es_rag.parsing.child import partition_file
+    from es_rag.sandbox import SharedServer
 
 __all__ = [
     "ParseOptions",
@@ -55,6 +60,14 @@ _GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.EMAIL, *detect.IMAG
 PARSE_SOCKET_ENV = "ES_RAG_PARSE_SOCKET"
 
 
+def __getattr__(name: str) -> Any:
+    if name == "partition_file":
+        from es_rag.parsing.child import partition_file
+
+        return partition_file
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _server_env() -> dict[str, str]:
     # Tesseract's OpenMP threads fight each other (and the worker's other parses): one
     # thread per parse ran 6x faster here (1.8 s against 10.3 s for a page).
@@ -64,6 +77,8 @@ def _server_env() -> dict[str, str]:
 def start_shared_server() -> SharedServer:
     """One parse server for every process a worker forks after this (``Parser`` finds it
     in ``ES_RAG_PARSE_SOCKET``); it dies with the calling thread's process."""
+    from es_rag.sandbox import SharedServer
+
     folder = tempfile.mkdtemp(prefix="es-rag-parse-")
     server = SharedServer(os.path.join(folder, "server.sock"), env=_server_env())
     server.start()
@@ -85,6 +100,8 @@ class Parser:
     """Parses files in a sandbox; one per process (the sandbox's server is reused)."""
 
     def __init__(self, settings: Settings) -> None:
+        from es_rag.sandbox import Limits, Sandbox
+
         self.settings = settings
         self.options = ParseOptions(
             pdf_strategy=settings.pdf_strategy,
@@ -105,6 +122,8 @@ class Parser:
 
     def parse(self, path: str | Path) -> ParsedFile:
         """The file's cleaned elements; raises an ``InputError`` subclass on bad input."""
+        from es_rag.cleaning import clean
+
         path = Path(path)
         mime = self.sniff(path)
         parsed: ParsedFile
