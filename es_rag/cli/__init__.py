@@ -91,11 +91,12 @@ app.add_typer(dashboards.dashboards_app, name="dashboards")
 
 # elastic_transport imports at once every HTTP backend it can find, but the CLI's requests
 # go through its synchronous urllib3 node: the asynchronous (aiohttp) and alternative
-# (requests, httpx) nodes and the Arrow serializer (pyarrow, which loads numpy) only cost start-up,
-# about a fifth of a second of every command, most of a re-ingest that finds nothing
-# changed. Those imports are optional there (an ImportError turns them off), and a None in
-# sys.modules is how Python makes one fail; the entries go again straight after, so a
-# later import (Unstructured uses requests) loads the real package.
+# (requests, httpx) nodes and the Arrow serializer (pyarrow, which loads numpy) only cost
+# start-up, a quarter of a second of every command and most of a re-ingest that finds
+# nothing changed. Those imports are optional there (an ImportError turns them off), and a
+# None in sys.modules is how Python makes one fail; the entries go again straight after,
+# so a later import (Unstructured uses requests, the remote embedder httpx) loads the real
+# package. Only the CLI does this: a program that imports es_rag keeps every transport.
 _NOT_FOR_THE_CLI = ("aiohttp", "httpx", "requests", "pyarrow")
 
 
