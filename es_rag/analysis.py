@@ -212,9 +212,6 @@ def _normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", text).translate(_TRANSLATE).casefold()
 
 
-_HAN_SEARCH = re.compile(f"[{_HAN}]")
-
-
 def detect_language(text: str, default: str = "en") -> str:
     """``"zh"`` when Han characters dominate ``text``, else ``default``.
 
@@ -228,7 +225,7 @@ def detect_language(text: str, default: str = "en") -> str:
     syllable), so Han characters are weighted by three: "用Python写代码" is Chinese,
     "the Python 代码 module" is not.
     """
-    if _HAN_SEARCH.search(text) is None:
+    if not cjk.has_han(text):
         return default  # most text: one scan in C instead of a Python loop per character
     han = 0
     other = 0

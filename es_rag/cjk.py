@@ -29,3 +29,7 @@ _HAN_CHAR = re.compile(f"[{HAN}]")
 
 def is_han(ch: str) -> bool:
     return bool(_HAN_CHAR.match(ch))
+
+
+def has_han(text: str) -> bool:
+    return _HAN_CHAR.search(text) is not None
