@@ -25,9 +25,14 @@ every live worker renews within a quarter lease of Redis coming back. (A worker 
 reach the search server but not Redis for longer than a lease cannot acknowledge its task
 either; its task may then run twice, which ingestion's deterministic ids make harmless.)
 
-``requeue_lost`` covers the one gap leases cannot: a message popped by a worker that died
-before recording it is in no worker's lease, but its document's status row still holds
-the payload.
+Two gaps lie between taking a message and naming it in a lease, and each has its cover:
+
+- kombu records a taken message in its ``unacked`` hash, and only then does the worker's
+  lease name it (at once, on ``task_received``). A worker killed in between leaves a
+  message that no lease holds: ``restore_unclaimed`` hands back any es-rag message that has
+  sat in ``unacked`` for two leases with no worker's lease naming it.
+- A message popped by a worker that died before kombu recorded it is nowhere in Redis,
+  but its document's status row still holds the payload: ``requeue_lost`` sends it again.
 """
 
 from __future__ import annotations
@@ -148,6 +153,64 @@ def _payloads(raw: Any) -> list[dict[str, Any]]:
     return []
 
 
+def unclaimed(
+    client: Any,
+    queues: list[str],
+    *,
+    older_than_s: float,
+    unacked_key: str = "unacked",
+    index_key: str = "unacked_index",
+) -> list[str]:
+    """Delivery tags of es-rag messages taken more than ``older_than_s`` ago that no worker's
+    lease names: their worker died between kombu's record and its first renewal.
+
+    A live worker names a message within moments of taking it and at every renewal (a
+    quarter lease), and a dead worker's tags stay named until a watcher hands them back,
+    so a message held longer than that by nobody is held by a dead worker. Other
+    applications' messages in the same Redis database (kombu's ``unacked`` hash is shared)
+    are never touched: only those routed to ``queues`` count.
+    """
+    old = [_text(t) for t in client.zrangebyscore(index_key, "-inf", time.time() - older_than_s)]
+    if not old:
+        return []
+    # Read after the old tags: a message named by a lease renewed since is still claimed.
+    leases = Leases(client, lease_s=1)
+    claimed = {tag for worker in leases.workers() for tag in leases.held_by(worker)}
+    ours = set(queues)
+    out = []
+    for tag in old:
+        if tag in claimed:
+            continue
+        raw = client.hget(unacked_key, tag)
+        try:
+            _message, exchange, routing_key = json.loads(_text(raw))
+        except (ValueError, TypeError):
+            continue  # acknowledged meanwhile, or not kombu's
+        if routing_key in ours or exchange in ours:
+            out.append(tag)
+    return out
+
+
+def restore_unclaimed(
+    client: Any,
+    queues: list[str],
+    restore: Callable[[str], None],
+    *,
+    older_than_s: float,
+    unacked_key: str = "unacked",
+    index_key: str = "unacked_index",
+) -> int:
+    """Hand back to their queues the messages ``unclaimed`` finds; returns how many.
+    ``restore`` is kombu's transactional restore, so a message acknowledged or restored
+    by another watcher meanwhile is not restored twice."""
+    tags = unclaimed(
+        client, queues, older_than_s=older_than_s, unacked_key=unacked_key, index_key=index_key
+    )
+    for tag in tags:
+        restore(tag)
+    return len(tags)
+
+
 def live_processes(live: dict[str, dict[str, Any]]) -> set[str]:
     """``host:pid`` of every process of a live worker (what status rows' ``worker`` holds)."""
     out: set[str] = set()
@@ -229,13 +292,15 @@ class LeaseKeeper(threading.Thread):
     def run(self) -> None:
         interval = self.leases.lease_s / 4
         while not self._halt.is_set():
+            # Cleared before the renewal, never after the wait: a task taken while this
+            # tick runs sets it again and is named at once, not a quarter lease later.
+            self.wake.clear()
             try:
                 self.tick(time.monotonic())
             except Exception as exc:  # Redis away: keep trying, trust nothing seen so far
                 self.watcher.forget_sightings()
                 log.warning("worker lease: %s: %s", type(exc).__name__, exc)
             self.wake.wait(interval)
-            self.wake.clear()
 
     def tick(self, now: float) -> None:
         info = {

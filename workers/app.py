@@ -19,6 +19,8 @@ from kombu import Queue
 
 from es_rag.config import Settings
 
+log = logging.getLogger(__name__)
+
 
 class LeaseStep(bootsteps.StartStopStep):
     """Keeps this worker's lease in Redis and hands dead workers' tasks back (es_rag.leases).
@@ -66,10 +68,23 @@ class LeaseStep(bootsteps.StartStopStep):
         parts: dict[str, Any] = {}
 
         def reconcile() -> int:
-            """Documents whose message Redis lost go to the queue again (es_rag.jobs)."""
-            from es_rag.leases import requeue_lost
+            """Messages taken by a worker that died before its lease named them go back to
+            their queues; documents whose message Redis lost are sent again (es_rag.leases)."""
+            from es_rag.leases import requeue_lost, restore_unclaimed
             from es_rag.pipeline import Ingestor
 
+            q = qos()
+            if q is not None:
+                restored = restore_unclaimed(
+                    client,
+                    settings.queues,
+                    restore,
+                    older_than_s=2 * settings.worker_lease_seconds,
+                    unacked_key=q.unacked_key,
+                    index_key=q.unacked_index_key,
+                )
+                if restored:
+                    log.warning("%d message(s) held by no live worker handed back", restored)
             if "ingestor" not in parts:
                 parts["ingestor"] = Ingestor(settings)
             ingestor = parts["ingestor"]
@@ -116,7 +131,7 @@ def _share_the_parse_server(sender: Any = None, **_: Any) -> None:
     try:
         _parse_server = start_shared_server()
     except (OSError, RuntimeError) as exc:  # each process then starts its own, as before
-        logging.getLogger(__name__).warning("no shared parse server: %s", exc)
+        log.warning("no shared parse server: %s", exc)
 
 
 @worker_shutdown.connect

@@ -204,7 +204,7 @@ def status_report(
     rows, rows orphaned on dead workers, and messages awaiting redelivery."""
     import redis
 
-    from es_rag.leases import Leases, live_processes
+    from es_rag.leases import Leases, live_processes, unclaimed
 
     settings = ingestor.settings
     st = ingestor.status
@@ -228,6 +228,8 @@ def status_report(
         leases = Leases(client, lease_s=settings.worker_lease_seconds)
         live = leases.live()
         awaiting = sum(len(leases.held_by(w)) for w in leases.workers() if w not in live)
+        lease_s = settings.worker_lease_seconds
+        awaiting += len(unclaimed(client, settings.queues, older_than_s=2 * lease_s))
     except redis.exceptions.RedisError as exc:
         raise QueueUnavailableError(f"Redis at {settings.redis_url} unreachable ({exc})") from exc
     alive = live_processes(live)

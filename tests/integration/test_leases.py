@@ -27,6 +27,8 @@ from es_rag.leases import (
     lease_key,
     live_processes,
     requeue_lost,
+    restore_unclaimed,
+    unclaimed,
 )
 from es_rag.pipeline import Ingestor
 from tests.integration.test_queue import Worker, cli, settings_of, wait_status
@@ -261,6 +263,58 @@ def test_a_message_lost_between_pop_and_record_is_sent_again(
     for path in (lost, kept):
         row = wait_status(env, str(path), {"indexed", "failed"}, timeout=120)
         assert row["status"] == "indexed", row
+
+
+def test_a_message_taken_but_named_by_no_lease_goes_back(
+    client: redis.Redis, taken: tuple[Any, str, str]
+) -> None:
+    """kombu recorded the message as taken; its worker died before its lease named it."""
+    channel, tag, queue = taken
+    leases = Leases(client, lease_s=1.0)
+    time.sleep(0.6)
+    assert unclaimed(client, [queue], older_than_s=5) == []  # not old enough yet
+    assert unclaimed(client, ["another-apps-queue"], older_than_s=0.5) == []  # not ours
+    holder = f"live-{uuid.uuid4().hex[:6]}"
+    leases.renew(holder, {"host": "h", "pids": [6]}, [tag])
+    assert unclaimed(client, [queue], older_than_s=0.5) == []  # a lease names it
+    leases.forget(holder)
+    assert unclaimed(client, [queue], older_than_s=0.5) == [tag]
+    assert restore_unclaimed(client, [queue], channel.qos.restore_by_tag, older_than_s=0.5) == 1
+    assert client.llen(queue) == 1 and not client.hexists("unacked", tag)
+    assert restore_unclaimed(client, [queue], channel.qos.restore_by_tag, older_than_s=0.5) == 0
+
+
+def test_a_worker_hands_back_a_message_its_dead_taker_never_named(
+    lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path, redis_url: str
+) -> None:
+    """End to end: a message sits in kombu's ``unacked`` hash, named by no lease (its taker
+    was killed between kombu's record and its first renewal). A live worker hands it back
+    after two leases and the document is indexed; status counts it meanwhile."""
+    from es_rag import jobs
+    from workers.app import make_app
+
+    env = {**lease_env, "ES_RAG_WORKER_LEASE_SECONDS": "3"}
+    settings = settings_of(env)
+    ingestor = Ingestor(settings)
+    name = env["ES_RAG_QUEUE"]
+    doc = tmp_path / "orphan.md"
+    doc.write_text("# Orphan\n\nIts taker died before naming it.\n")
+    jobs.enqueue(
+        ingestor, make_app(settings), jobs.IngestPayload(path=str(doc), tenant="acme", public=True)
+    )
+    with Connection(redis_url) as conn:
+        channel = conn.channel()
+        message = Queue(name, Exchange(name, type="direct"), routing_key=name)(channel).get(
+            no_ack=False
+        )
+        assert message is not None
+        channel.qos._delivered.clear()  # the taker dies: its channel restores nothing
+    time.sleep(6.5)  # two leases
+    report = json.loads(cli(env, "status", "--json").stdout)
+    assert report["awaiting_redelivery"] >= 1, report
+    workers(env)
+    row = wait_status(env, str(doc), {"indexed", "failed"}, timeout=120)
+    assert row["status"] == "indexed", row
 
 
 def _tree(root: int) -> dict[int, str]:
