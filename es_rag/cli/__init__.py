@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Annotated
+import types
+from typing import Annotated, Any
 
 import typer
 
@@ -97,7 +98,13 @@ app.add_typer(dashboards.dashboards_app, name="dashboards")
 # None in sys.modules is how Python makes one fail; the entries go again straight after,
 # so a later import (Unstructured uses requests, the remote embedder httpx) loads the real
 # package. Only the CLI does this: a program that imports es_rag keeps every transport.
+#
+# elasticsearch's package also imports its asyncio client (a second copy of the whole API,
+# a third of the package's import time), which no CLI command uses: while the package
+# imports, a placeholder stands in for that module, and afterwards
+# ``elasticsearch.AsyncElasticsearch`` imports the real one at first use.
 _NOT_FOR_THE_CLI = ("aiohttp", "httpx", "requests", "pyarrow")
+_ASYNC_CLIENT = "elasticsearch._async.client"
 
 
 def _import_sync_transport() -> None:
@@ -106,11 +113,34 @@ def _import_sync_transport() -> None:
     absent = [name for name in _NOT_FOR_THE_CLI if name not in sys.modules]
     for name in absent:
         sys.modules[name] = None  # type: ignore[assignment]
+    placeholder = types.ModuleType(_ASYNC_CLIENT)
+    placeholder.AsyncElasticsearch = None  # type: ignore[attr-defined]
+    sys.modules[_ASYNC_CLIENT] = placeholder
+    whole = False
     try:
-        import elasticsearch  # noqa: F401
+        import elasticsearch
+    except ImportError:  # a client whose package needs more of that module
+        whole = True
     finally:
         for name in absent:
             del sys.modules[name]
+        if sys.modules.get(_ASYNC_CLIENT) is placeholder:
+            del sys.modules[_ASYNC_CLIENT]
+    if whole:
+        import elasticsearch  # as any program imports it
+    elif vars(elasticsearch).get("AsyncElasticsearch") is None:
+        del elasticsearch.AsyncElasticsearch
+        setattr(elasticsearch, "__getattr__", _async_client_at_first_use)  # noqa: B010
+
+
+def _async_client_at_first_use(name: str) -> Any:
+    if name != "AsyncElasticsearch":
+        raise AttributeError(f"module 'elasticsearch' has no attribute {name!r}")
+    import elasticsearch
+    from elasticsearch._async.client import AsyncElasticsearch
+
+    elasticsearch.AsyncElasticsearch = AsyncElasticsearch  # type: ignore[misc]
+    return AsyncElasticsearch
 
 
 def main() -> None:

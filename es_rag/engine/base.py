@@ -11,6 +11,7 @@ outside ``engine/`` and ``query/search.py`` knows which client is in use (DESIGN
 from __future__ import annotations
 
 import contextlib
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,8 +50,14 @@ class Engine(ABC):
     flavor: ClassVar[str]
     #: the client library's ``helpers`` module (scan, streaming_bulk) and its 404 error;
     #: both libraries share those signatures, so the methods using them live here.
-    helpers: ClassVar[ModuleType]
+    helpers_module: ClassVar[str]
     not_found: ClassVar[type[Exception]]
+
+    @property
+    def helpers(self) -> ModuleType:
+        """Imported at first use: elasticsearch's helpers import its asyncio client (a
+        second copy of the whole API), which a command that writes nothing never needs."""
+        return importlib.import_module(self.helpers_module)
 
     def __init__(self, client: Any) -> None:
         self.client = client

@@ -9,12 +9,10 @@ installed.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 import elastic_transport
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
-from elasticsearch import helpers as es_helpers
 
 from es_rag.config import Settings
 from es_rag.engine.base import (
@@ -53,7 +51,7 @@ def make_elasticsearch_client(settings: Settings) -> Elasticsearch:
 
 class ElasticsearchEngine(Engine):
     flavor = "elasticsearch"
-    helpers: ClassVar[ModuleType] = es_helpers
+    helpers_module = "elasticsearch.helpers"
     not_found = NotFoundError
     client: Elasticsearch
 

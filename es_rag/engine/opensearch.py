@@ -11,12 +11,10 @@ client-side), and there is no license API.
 from __future__ import annotations
 
 import copy
-from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
-from opensearchpy import helpers as os_helpers
 
 from es_rag.config import Settings
 from es_rag.engine.base import (
@@ -69,7 +67,7 @@ def make_opensearch_client(settings: Settings) -> OpenSearch:
 
 class OpenSearchEngine(Engine):
     flavor = "opensearch"
-    helpers: ClassVar[ModuleType] = os_helpers
+    helpers_module = "opensearchpy.helpers"
     not_found = os_exc.NotFoundError
     client: OpenSearch
 

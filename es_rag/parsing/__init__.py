@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import stat
 import tempfile
 from functools import cache
 from importlib import metadata as importlib_metadata
@@ -189,21 +190,25 @@ def file_problem(path: Path) -> str | None:
     """Why ``path`` is not a regular file to parse, or None.
 
     Checked before it is opened: opening a named pipe would block until someone writes.
+    One ``lstat`` for a plain file (a folder of many small files pays it once each).
     """
-    if path.is_symlink():
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "no such file or directory"
+    if stat.S_ISLNK(mode):
         try:
             path.resolve(strict=True)
         except RuntimeError:  # Python < 3.13 reports a loop this way
             return "a symbolic link loop"
         except OSError as exc:
             return "a symbolic link loop" if exc.errno == errno.ELOOP else "a broken symbolic link"
-        if path.is_dir():
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
             return "a link to a folder (not followed); give the folder itself"
-    if path.is_dir():
+    if stat.S_ISDIR(mode):
         return "a directory, not a file"
-    if not path.exists():
-        return "no such file or directory"
-    if not path.is_file():
+    if not stat.S_ISREG(mode):
         return "not a regular file (a device, socket or pipe)"
     return None
 

@@ -40,7 +40,8 @@ make_elasticsearch_client(settings).close()
 build_embedder(settings)
 parser_version(), TextAnalyzer("english").version
 names = ("aiohttp", "httpx", "requests", "pyarrow", "numpy", "markdown_it",
-         "es_rag.sandbox", "es_rag.cleaning", "es_rag.parsing.child", "es_rag.embedding.remote")
+         "es_rag.sandbox", "es_rag.cleaning", "es_rag.parsing.child", "es_rag.embedding.remote",
+         "elasticsearch._async.client", "elasticsearch.helpers")
 print(json.dumps({"loaded": [n for n in names if n in sys.modules]}))
 """
     assert _run(code) == {"loaded": []}
@@ -58,9 +59,14 @@ from es_rag.embedding import OpenAIEmbedder
 from es_rag.parsing import partition_file
 from es_rag.analysis import TextAnalyzer
 from es_rag.markdown import text_elements
-from elasticsearch import Elasticsearch
+from elasticsearch import AsyncElasticsearch, Elasticsearch
+import elasticsearch
+from es_rag.engine.elastic import ElasticsearchEngine
 client = Elasticsearch("http://127.0.0.1:9")
 print(json.dumps({
+    "async": [AsyncElasticsearch.__module__, elasticsearch.AsyncElasticsearch is
+              AsyncElasticsearch],
+    "bulk": callable(ElasticsearchEngine(client).helpers.streaming_bulk),
     "node": type(client.transport.node_pool.get()).__name__,
     "embedder": OpenAIEmbedder.__name__,
     "partition_file": callable(partition_file),
@@ -71,6 +77,8 @@ print(json.dumps({
 }))
 """
     out = _run(code)
+    assert out["async"] == ["elasticsearch._async.client", True]
+    assert out["bulk"] is True
     assert out["node"] == "Urllib3HttpNode"
     assert out["embedder"] == "OpenAIEmbedder"
     assert out["partition_file"] is True
