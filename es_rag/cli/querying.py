@@ -109,8 +109,9 @@ def calibrate(
 ) -> None:
     """The index's weak-evidence calibration: measured on its own chunks, kept in its _meta.
 
-    `context` measures it on first use and again when the model changes or the index
-    doubles or halves; this command shows it, or measures it now with --force.
+    `context` measures it on first use and again when the model or the retrieval recipe
+    (strategy, fusion, candidates) changes or the index doubles or halves; this command
+    shows it, or measures it now with --force.
     """
     from es_rag.query import sufficiency
     from es_rag.query.search import Searcher

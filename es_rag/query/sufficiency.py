@@ -17,9 +17,11 @@ carries its own scale with a calibration the index measures for itself, without 
 Calibration (:func:`calibrate`) asks the index questions it cannot answer: spans cut from
 a seeded sample of its own chunks, each asked with its source document filtered out (the
 situation of a question about a document nobody indexed). The median and 90th percentile
-of their best similarities are stored in the index's ``_meta`` with the model and the
-corpus size they were measured on, so every process judges alike, and a new model or a
-corpus that doubled or halved triggers a new calibration. The threshold sits at
+of their best similarities are stored in the index's ``_meta`` with the model, the corpus
+size and the retrieval recipe (strategy, fusion, candidates) they were measured on, so
+every process judges alike, and a new model, a corpus that doubled or halved, or another
+recipe (the best similarity is taken from the hits that recipe returns) triggers a new
+calibration. The threshold sits at
 ``median + strictness × (p90 − median)``; the strictness (default 1.1) was chosen on the
 dev collections leaving each out in turn, and was the same on every fold, for both models.
 """
@@ -44,6 +46,7 @@ from es_rag.query.strategies.base import Request
 from es_rag.types import Caller, SearchResponse
 
 if TYPE_CHECKING:
+    from es_rag.config import Settings
     from es_rag.query.search import Searcher
 
 log = logging.getLogger(__name__)
@@ -117,6 +120,7 @@ class Calibration:
     knn_p90: float | None  # ... and 90th percentile
     model: str = ""
     rows: int = 0
+    recipe: str = ""
     probes: int = 0
     measured_at: float = 0.0
     version: int = CALIBRATION_VERSION
@@ -129,12 +133,14 @@ class Calibration:
             return None
         return self.knn_median + strictness * (self.knn_p90 - self.knn_median)
 
-    def stale(self, *, model: str, rows: int) -> str | None:
+    def stale(self, *, model: str, rows: int, recipe: str) -> str | None:
         """Why this calibration no longer describes the index, or None."""
         if self.version != CALIBRATION_VERSION:
             return "the calibration method changed"
         if self.model != model:
             return "the embedding model changed"
+        if self.recipe != recipe:
+            return f"the retrieval recipe changed ({self.recipe or 'unrecorded'} -> {recipe})"
         if rows > REGROWTH * max(self.rows, 1) or rows * REGROWTH < self.rows:
             return f"the index went from {self.rows} to {rows} chunks"
         return None
@@ -146,6 +152,7 @@ class Calibration:
             "knn_p90": _round(self.knn_p90),
             "model": self.model,
             "rows": self.rows,
+            "recipe": self.recipe,
             "probes": self.probes,
             "measured_at": round(self.measured_at, 3),
         }
@@ -157,10 +164,20 @@ class Calibration:
             knn_p90=meta.get("knn_p90"),
             model=str(meta.get("model") or ""),
             rows=int(meta.get("rows") or 0),
+            recipe=str(meta.get("recipe") or ""),
             probes=int(meta.get("probes") or 0),
             measured_at=float(meta.get("measured_at") or 0.0),
             version=int(meta.get("version") or 0),
         )
+
+
+def recipe_of(settings: Settings) -> str:
+    """What decides which hits a question's best similarity is read from: the strategy
+    and fusion, and how many candidates each side and the context consider."""
+    return (
+        f"{settings.strategy}/{settings.fusion}/k={settings.context_candidates}"
+        f"/window={settings.rank_window_size}/candidates={settings.num_candidates}"
+    )
 
 
 def _round(value: float | None) -> float | None:
@@ -228,10 +245,17 @@ def calibrate(
         without = {"bool": {"must_not": [{"term": {"doc_id": src["doc_id"]}}]}}
         response = searcher.search(question, caller=caller, k=k, clauses=[without], rerank=False)
         negatives.append(signals(searcher, question, response, caller))
-    return from_probes(negatives, model=served.embedder.embedding_version, rows=rows)
+    return from_probes(
+        negatives,
+        model=served.embedder.embedding_version,
+        rows=rows,
+        recipe=recipe_of(searcher.settings),
+    )
 
 
-def from_probes(negatives: Sequence[Signals], *, model: str, rows: int) -> Calibration:
+def from_probes(
+    negatives: Sequence[Signals], *, model: str, rows: int, recipe: str = ""
+) -> Calibration:
     knn = [float(v) for r in negatives if (v := r.get("best_knn")) is not None]
     enough = len(knn) >= MIN_PROBES
     # deciles with linear interpolation between order statistics (numpy's default)
@@ -241,6 +265,7 @@ def from_probes(negatives: Sequence[Signals], *, model: str, rows: int) -> Calib
         knn_p90=deciles[8] if deciles else None,
         model=model,
         rows=rows,
+        recipe=recipe,
         probes=len(negatives),
         measured_at=time.time(),
         negatives=list(negatives),
@@ -311,8 +336,8 @@ def current(searcher: Searcher, *, force: bool = False) -> Calibration:
     """The served index's calibration: this process's copy, the one in ``_meta``, or a new
     one measured now and written there (so every process judges alike).
 
-    A calibration goes stale with a new model or an index grown or shrunk by
-    ``REGROWTH``; it is looked at again every ``RECHECK_S`` seconds.
+    A calibration goes stale with a new model, another retrieval recipe or an index
+    grown or shrunk by ``REGROWTH``; it is looked at again every ``RECHECK_S`` seconds.
     """
     served = searcher.generation()
     key = (id(searcher.engine), served.index)
@@ -334,7 +359,8 @@ def _refresh(searcher: Searcher, index: str, key: tuple[int, str], *, force: boo
     meta = engine.mapping(index).get("_meta") or {}
     stored = meta.get(META_KEY)
     calibration = Calibration.from_meta(stored) if isinstance(stored, dict) else None
-    if force or calibration is None or calibration.stale(model=model, rows=rows):
+    recipe = recipe_of(searcher.settings)
+    if force or calibration is None or calibration.stale(model=model, rows=rows, recipe=recipe):
         calibration = calibrate(searcher, rows=rows)
         try:
             engine.put_meta(index, {**meta, META_KEY: calibration.to_meta()})

@@ -101,6 +101,10 @@ def test_calibration_is_kept_in_the_index_meta(env: dict[str, str], engine: Engi
     # another process reads it back instead of measuring again; --force measures again
     again = json.loads(es_rag(env, "calibrate").stdout)
     assert again["measured_at"] == first["measured_at"]
+    assert again["recipe"] == first["recipe"] and "zscore" in first["recipe"]
+    # another fusion returns other hits: a process using it measures its own background
+    rrf = json.loads(es_rag({**env, "ES_RAG_FUSION": "rrf"}, "calibrate").stdout)
+    assert rrf["measured_at"] > first["measured_at"] and "/rrf/" in rrf["recipe"]
     forced = json.loads(es_rag(env, "calibrate", "--force").stdout)
     assert forced["measured_at"] > first["measured_at"]
     assert forced["knn_median"] == pytest.approx(first["knn_median"], abs=1e-3)  # seeded

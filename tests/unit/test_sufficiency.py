@@ -58,16 +58,27 @@ def test_question_without_content_terms_is_not_refused_for_coverage() -> None:
     assert suf.decide({"best_knn": None, "coverage": None}, None, **DEFAULTS).sufficient
 
 
-def test_calibration_goes_stale_with_the_model_or_a_much_changed_index() -> None:
-    cal = calibration([0.7] * 20, rows=1000, model="a")
-    assert cal.stale(model="a", rows=1500) is None
-    assert "model" in (cal.stale(model="b", rows=1000) or "")
-    assert "1000 to 2500" in (cal.stale(model="a", rows=2500) or "")
-    assert cal.stale(model="a", rows=400) is not None
+def test_calibration_goes_stale_with_the_model_recipe_or_a_much_changed_index() -> None:
+    from es_rag.config import Settings
+
+    recipe = suf.recipe_of(Settings())
+    cal = suf.from_probes([{"best_knn": 0.7}] * 20, model="a", rows=1000, recipe=recipe)
+    assert cal.stale(model="a", rows=1500, recipe=recipe) is None
+    assert "model" in (cal.stale(model="b", rows=1000, recipe=recipe) or "")
+    assert "1000 to 2500" in (cal.stale(model="a", rows=2500, recipe=recipe) or "")
+    assert cal.stale(model="a", rows=400, recipe=recipe) is not None
+    # Another fusion or candidate count returns other hits: the background is measured again.
+    for changed in (Settings(fusion="rrf"), Settings(context_candidates=20)):
+        other = suf.recipe_of(changed)
+        assert other != recipe
+        assert "recipe" in (cal.stale(model="a", rows=1000, recipe=other) or "")
     again = suf.Calibration.from_meta(cal.to_meta())
     assert again.knn_threshold(1.1) == pytest.approx(cal.knn_threshold(1.1) or 0, abs=1e-3)
-    assert again.stale(model="a", rows=1000) is None
-    assert suf.Calibration.from_meta({**cal.to_meta(), "version": 0}).stale(model="a", rows=1000)
+    assert again.stale(model="a", rows=1000, recipe=recipe) is None
+    old = {**cal.to_meta(), "version": 0}
+    assert suf.Calibration.from_meta(old).stale(model="a", rows=1000, recipe=recipe)
+    unrecorded = {k: v for k, v in cal.to_meta().items() if k != "recipe"}
+    assert suf.Calibration.from_meta(unrecorded).stale(model="a", rows=1000, recipe=recipe)
 
 
 def test_probe_questions_are_spans_of_one_sentence() -> None:
