@@ -194,8 +194,10 @@ def file_problem(path: Path) -> str | None:
     """
     try:
         mode = os.lstat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return "no such file or directory"
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF):
+            return "no such file or directory"  # what Path.exists said of these
+        raise
     if stat.S_ISLNK(mode):
         try:
             path.resolve(strict=True)
