@@ -71,18 +71,29 @@ class Settings(BaseSettings):
         default=None, description="split ingestion: embed and index on this queue (GPU workers)"
     )
     queue_batch_docs: int = Field(
-        default=64,
+        default=512,
         ge=1,
-        description="files sent together go to the workers as batches of up to this many: "
+        description="files sent together go to the workers as batches of at most this many: "
         "parsed one by one, embedded and written together, status rows in one request each "
-        "way (1: one task per file)",
+        "way (1: one task per file); see queue_batch_spread for how big they are made",
     )
     queue_batch_kb: int = Field(
+        default=1024,
+        ge=0,
+        description="a batch closes before its files pass this many KB together",
+    )
+    queue_batch_file_kb: int = Field(
         default=64,
         ge=0,
-        description="a batch closes before its files pass this many KB together, and a "
-        "larger file is a message of its own (its own time limit; a long parse holds no "
-        "small file back); small batches also spread over every worker",
+        description="a file larger than this (or than a whole batch) is a message of its own: "
+        "its own time limit, and a long parse holds no small file back",
+    )
+    queue_batch_spread: int = Field(
+        default=2,
+        ge=0,
+        description="small files are cut into this many batches per live worker process (as "
+        "few and as large as that allows: one embedding call and one bulk stream each); with "
+        "no live worker, batches of at most 64 files and 64 KB; 0: fill batches to the caps",
     )
     task_soft_time_limit: int = Field(default=600, description="seconds; the task is told")
     task_time_limit: int = Field(default=900, description="seconds; the task is killed")

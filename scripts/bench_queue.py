@@ -12,9 +12,9 @@ In one run, on the same server, texts and model (all-MiniLM-L6-v2):
 - es-rag through the queue, for each N in --workers: N ``es-rag worker --pool solo``
   processes (models loaded and warm before the clock starts), every text (or --per-doc
   texts) a Markdown file, all of them sent as `es-rag ingest --queue FILES` sends them
-  (``jobs.enqueue_files``: batches of ``ES_RAG_QUEUE_BATCH_DOCS`` small files, each a bulk
-  of status rows and one message), the clock stopping when the status index shows every
-  document indexed;
+  (``jobs.enqueue_files``: batches sized from the live worker processes, each a bulk of
+  status rows and one message; ``batches`` in the output), the clock stopping when the
+  status index shows every document indexed;
 - langchain-elasticsearch ``add_texts`` (``DenseVectorStrategy``), through the driver of
   scripts/bench_peers.py (its own virtualenv), unless --no-peer.
 
@@ -184,6 +184,7 @@ def queue_run(
         "chunks": chunks,
         "seconds": round(seconds, 2),
         "chunks_per_s": round(chunks / seconds, 2),
+        "batches": len({r.get("task_id") for r in mine}),
         # Embedding inside the workers: its rate there, and its share of the workers' time.
         "worker_embed_chunks_per_s": round(chunks / embed_s, 2) if embed_s else None,
         "worker_embed_share": round(embed_s / (seconds * n), 3),

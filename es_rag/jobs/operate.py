@@ -4,6 +4,7 @@ and plan a directory sync.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,11 +54,24 @@ def enqueue(ingestor: Ingestor, app: Any, payload: IngestPayload, *, retry: bool
 FINAL = ("indexed", "skipped", "failed")
 
 
-def batches(settings: Settings, payloads: list[IngestPayload]) -> list[list[IngestPayload]]:
-    """How payloads travel: small files together, in batches of up to ``queue_batch_docs``
-    files and ``queue_batch_kb`` KB (one ``es_rag.ingest_batch`` message each), a file
-    larger than that alone. Capping the bytes keeps batches of larger files small enough
-    to spread over every worker.
+UNKNOWN_WORKERS_BATCH = (64, 64 * 1024)  # files, bytes: batches when no worker is live
+
+
+def batches(
+    settings: Settings, payloads: list[IngestPayload], *, processes: int | None = None
+) -> list[list[IngestPayload]]:
+    """How payloads travel: small files together (one ``es_rag.ingest_batch`` message a
+    batch), a file larger than ``queue_batch_file_kb`` (or than a whole batch) alone.
+
+    A batch is embedded in one call and written in one bulk stream, and the fewer and
+    larger the batches, the closer a worker runs to the embedding rate: 600 one-chunk
+    files through one worker ran at 0.67-0.70 of it in batches of 64 and at 0.69-0.92 in
+    two batches of 300 (scripts/bench_queue.py, on a noisy two-core machine). But every
+    live worker process must get work: ``processes`` (the live worker processes on this
+    queue) times ``queue_batch_spread`` batches of about equal bytes, within the
+    ``queue_batch_docs`` and ``queue_batch_kb`` caps. When no worker is live (None or 0)
+    the sender cannot know how many will share the work, so batches stay small
+    (``UNKNOWN_WORKERS_BATCH``).
 
     A split deployment (parse queue, embed queue) sends one document a message: its two
     halves hand documents over one by one.
@@ -65,26 +79,78 @@ def batches(settings: Settings, payloads: list[IngestPayload]) -> list[list[Inge
     s = settings
     split = bool(s.embed_queue) and s.embed_queue != (s.parse_queue or s.queue)
     size, cap = (1 if split else s.queue_batch_docs), s.queue_batch_kb * 1024
-    out: list[list[IngestPayload]] = []
+    alone_over = min(s.queue_batch_file_kb * 1024, cap)
+    sized: list[tuple[IngestPayload, int]] = []
     alone: list[list[IngestPayload]] = []
-    batch: list[IngestPayload] = []
-    held = 0
     for p in payloads:
         try:
             nbytes = p.file.stat().st_size
         except OSError:
             nbytes = 0  # the worker reports why it cannot be read, cheaply
-        if size == 1 or nbytes > cap:
+        if size == 1 or nbytes > alone_over:
             alone.append([p])
-            continue
-        if batch and (len(batch) == size or held + nbytes > cap):
+        else:
+            sized.append((p, nbytes))
+    groups = [sized]
+    if sized and s.queue_batch_spread > 0 and processes:
+        groups = _spread(sized, processes * s.queue_batch_spread, size=size, cap=cap)
+    elif sized and s.queue_batch_spread > 0:
+        size, cap = min(size, UNKNOWN_WORKERS_BATCH[0]), min(cap, UNKNOWN_WORKERS_BATCH[1])
+    out: list[list[IngestPayload]] = []
+    for group in groups:  # each within the caps, a batch closing before it passes one
+        batch: list[IngestPayload] = []
+        held = 0
+        for p, nbytes in group:
+            if batch and (len(batch) == size or held + nbytes > cap):
+                out.append(batch)
+                batch, held = [], 0
+            batch.append(p)
+            held += nbytes
+        if batch:
             out.append(batch)
-            batch, held = [], 0
-        batch.append(p)
-        held += nbytes
-    if batch:
-        out.append(batch)
     return out + alone
+
+
+def _spread(
+    sized: list[tuple[IngestPayload, int]], parts: int, *, size: int, cap: int
+) -> list[list[tuple[IngestPayload, int]]]:
+    """``sized`` cut, in order, into ``parts`` groups of about equal bytes (more where the
+    caps need it): each file goes to the group its bytes' midpoint falls in."""
+    total_bytes = sum(n for _, n in sized)
+    count = max(parts, math.ceil(len(sized) / size), math.ceil(total_bytes / max(cap, 1)))
+    count = min(count, len(sized))
+    weight = total_bytes + len(sized)  # a byte more per file: empty files count too
+    groups: list[list[tuple[IngestPayload, int]]] = [[] for _ in range(count)]
+    before = 0
+    for item in sized:
+        share = item[1] + 1
+        groups[min(count - 1, int((before + share / 2) * count / weight))].append(item)
+        before += share
+    return [g for g in groups if g]
+
+
+def live_worker_processes(settings: Settings) -> int | None:
+    """How many live worker processes take ingest tasks (a prefork worker's pool
+    processes, a solo worker's one); None when Redis cannot say."""
+    import redis
+
+    from es_rag.leases import Leases
+
+    queue = settings.parse_queue or settings.queue
+    try:
+        client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+        try:
+            live = Leases(client, lease_s=settings.worker_lease_seconds).live()
+        finally:
+            client.close()
+    except (redis.exceptions.RedisError, ValueError):
+        return None
+    count = 0
+    for info in live.values():
+        if queue in info.get("queues", []):
+            # the consumer process and its pool's processes (a solo pool: itself)
+            count += max(1, len(info.get("pids", [])) - 1)
+    return count
 
 
 def enqueue_many(
@@ -97,7 +163,10 @@ def enqueue_many(
     ``failed`` (requeue-able) and the error says how many went before them.
     """
     sent = 0
-    for group in batches(ingestor.settings, payloads):
+    settings = ingestor.settings
+    several = len(payloads) > 1 and settings.queue_batch_spread > 0
+    processes = live_worker_processes(settings) if several else None
+    for group in batches(settings, payloads, processes=processes):
         rows = [
             (
                 tenant_of(ingestor, p),

@@ -317,6 +317,35 @@ def test_a_worker_hands_back_a_message_its_dead_taker_never_named(
     assert row["status"] == "indexed", row
 
 
+def test_small_files_are_spread_over_the_live_worker_processes(
+    lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path
+) -> None:
+    """The sender counts the live worker processes in their leases and cuts small files
+    into ``queue_batch_spread`` (2) batches each: two for a solo worker, four for a
+    prefork worker of two processes (as few and as large as that allows)."""
+    from es_rag.jobs import live_worker_processes
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"note-{i:02d}.md").write_text(f"# Note {i}\n\nItem {i} weighs {i * 3} kg.\n")
+    status = Ingestor(settings_of(lease_env)).status
+    for pool, extra, processes in (("solo", (), 1), ("prefork", ("--concurrency", "2"), 2)):
+        env = {**lease_env, "ES_RAG_QUEUE": f"spread-{pool}-{uuid.uuid4().hex[:6]}"}
+        worker = workers(env, pool=pool, extra=extra)
+        deadline = time.monotonic() + 30
+        while live_worker_processes(settings_of(env)) != processes:
+            assert time.monotonic() < deadline, live_worker_processes(settings_of(env))
+            time.sleep(0.2)
+        proc = cli(env, "ingest", "--queue", str(folder), "--tenant", f"t-{pool}", "--public")
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        status.refresh()
+        rows = status.rows(tenant=f"t-{pool}")
+        assert len(rows) == 40 and {r["status"] for r in rows} == {"indexed"}, rows
+        assert len({r["task_id"] for r in rows}) == 2 * processes, [r["task_id"] for r in rows]
+        worker.stop()
+
+
 def _tree(root: int) -> dict[int, str]:
     """Every process under ``root`` (itself included): pid -> command line."""
     parents: dict[int, int] = {}

@@ -263,7 +263,8 @@ def test_kill_9_mid_batch_loses_nothing_and_duplicates_nothing(
     folder.mkdir()
     for i in range(24):
         big_document(folder / f"part-{i:02d}.md", paragraphs=12 + i % 3)
-    env = {**env, "ES_RAG_QUEUE_BATCH_KB": "1024"}  # all 24 files (~120 KB) in one batch
+    # All 24 files (~120 KB) in one batch: filled to the caps, whoever the workers are.
+    env = {**env, "ES_RAG_QUEUE_BATCH_SPREAD": "0"}
     proc = cli(env, "ingest", "--queue", "--no-wait", str(folder), "--tenant", "acme", "--public")
     assert proc.returncode == 0, proc.stderr
     client = redis.Redis.from_url(env["ES_RAG_REDIS_URL"])

@@ -182,6 +182,41 @@ def test_small_files_travel_in_batches_and_large_ones_alone(tmp_path: Path) -> N
     # One a message: batching off, or a split deployment (its halves hand over one by one).
     for off in (Settings(queue_batch_docs=1), Settings(parse_queue="cpu", embed_queue="gpu")):
         assert [len(g) for g in jobs.batches(off, small)] == [1] * 5
+    # A file above queue_batch_file_kb travels alone even where a batch would hold it.
+    roomy = Settings(queue_batch_kb=1024, queue_batch_file_kb=4)
+    *spread, last = jobs.batches(roomy, [*small, large], processes=1)
+    assert last == [large] and sorted(len(g) for g in spread) == [2, 3]
+
+
+def test_batches_are_as_large_as_the_live_worker_processes_allow(tmp_path: Path) -> None:
+    """Few large batches (one embedding call, one bulk stream each), but spread over every
+    live worker process: ``queue_batch_spread`` batches each, within the caps."""
+    files = []
+    for i in range(600):
+        path = tmp_path / f"f{i:03d}.md"
+        path.write_bytes(b"x" * (700 + i % 200))  # one chunk each, uneven sizes
+        files.append(jobs.IngestPayload(path=str(path), tenant="acme", public=True))
+    defaults = Settings()
+    sizes = {n: [len(g) for g in jobs.batches(defaults, files, processes=n)] for n in (1, 2, 3)}
+    assert [len(v) for v in sizes.values()] == [2, 4, 6], sizes
+    assert all(sum(v) == 600 for v in sizes.values()), sizes
+    for n in (1, 2, 3):  # about equal bytes each (the work), within one file's size
+        held = [
+            sum(p.file.stat().st_size for p in g)
+            for g in jobs.batches(defaults, files, processes=n)
+        ]
+        assert max(held) - min(held) <= 2 * 900, held
+    # No live worker: the sender cannot know how many will share the work; small batches.
+    unknown = [len(g) for g in jobs.batches(defaults, files, processes=None)]
+    assert unknown == [len(g) for g in jobs.batches(defaults, files, processes=0)]
+    assert max(unknown) <= 64 and len(unknown) >= 10
+    # The caps hold whatever the spread: 512 files, 1 MB; spread 0 fills batches to them.
+    many = Settings(queue_batch_docs=100)
+    assert max(len(g) for g in jobs.batches(many, files, processes=1)) == 100
+    fill = Settings(queue_batch_spread=0, queue_batch_kb=200)
+    for group in jobs.batches(fill, files, processes=8):
+        assert sum(p.file.stat().st_size for p in group) <= 200 * 1024
+    assert len(jobs.batches(fill, files, processes=8)) == 3
 
 
 def _celery_message(args: list[Any]) -> str:
