@@ -47,7 +47,7 @@ from es_rag.errors import (
     InputError,
     TransientError,
 )
-from es_rag.files import expand_paths, load_document, same_file
+from es_rag.files import FolderResolver, expand_paths, load_document, same_file
 from es_rag.generations import Generation, Generations, Layout
 from es_rag.parsing import Parser, parser_version
 from es_rag.parts import Parts
@@ -682,7 +682,7 @@ class Ingestor(Parts):
         targets = self._targets()
         known = self._states(targets, [(acl.tenant_id, doc_id) for _, doc_id in files])
         out: dict[str, IngestResult] = {}
-        resolve = _Resolver()
+        resolve = FolderResolver()
         for path, doc_id in files:
             states = known[(acl.tenant_id, doc_id)]
             try:
@@ -854,23 +854,3 @@ def _failed(doc_id: str, exc: Exception, *, tenant: str | None = None) -> Ingest
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
-
-
-class _Resolver:
-    """``Path.resolve`` for many files of few folders: each folder is resolved once.
-
-    ``resolve`` walks every component of a path with an ``lstat``; a file that is not
-    itself a link resolves to its resolved folder plus its name, so the unchanged check
-    of a folder's files costs one ``lstat`` each, not one per component.
-    """
-
-    def __init__(self) -> None:
-        self._folders: dict[Path, Path] = {}
-
-    def __call__(self, path: Path) -> Path:
-        if path.name in ("", ".", "..") or path.is_symlink():
-            return path.resolve()
-        folder = self._folders.get(path.parent)
-        if folder is None:
-            folder = self._folders[path.parent] = path.parent.resolve()
-        return folder / path.name

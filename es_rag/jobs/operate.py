@@ -14,7 +14,7 @@ from typing import Any
 from es_rag.config import Settings
 from es_rag.engine.status import now_iso
 from es_rag.errors import InputError, QueueUnavailableError
-from es_rag.files import expand_paths
+from es_rag.files import FolderResolver, expand_paths
 from es_rag.jobs.payloads import BATCH_TASK, INGEST_TASK, AclPayload, IngestPayload, tenant_of
 from es_rag.pipeline import Ingestor
 
@@ -211,6 +211,7 @@ def enqueue_files(
     (``enqueue_many``), and a dead broker is a ``QueueUnavailableError``."""
     payloads: list[IngestPayload] = []
     unreadable: list[dict[str, Any]] = []
+    resolve = FolderResolver()
     for path, problem in files:
         key = doc_id or str(path)
         if problem:
@@ -218,7 +219,7 @@ def enqueue_files(
             continue
         payloads.append(
             IngestPayload(
-                path=str(path.resolve()),
+                path=str(resolve(path)),
                 doc_id=key,
                 doc_version=doc_version,
                 metadata=dict(metadata or {}),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from es_rag.engine.index import DocState
-from es_rag.files import file_stamp, same_file
+from es_rag.files import FolderResolver, file_stamp, same_file
 from es_rag.parsing import file_problem
 from es_rag.pipeline import expand_paths
 
@@ -99,3 +100,25 @@ def test_a_document_state_names_a_file_stamp_only_when_nothing_needs_a_parse() -
     for state, ask in misses:
         query = {"key": "key", "access": "a" * 64, "embedding_version": "v", **ask}
         assert DocState(**{**whole, **state}).file_stamp(**query) is None, (state, ask)
+
+
+def test_folder_resolver_resolves_as_path_resolve(tmp_path: Path, monkeypatch: Any) -> None:
+    """Each folder resolved once, the same answer as ``Path.resolve`` for every file:
+    through a linked folder, for a linked file, relative, and with ``..`` in the path."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.md").write_text("a")
+    (real / "b.md").write_text("b")
+    (tmp_path / "via").symlink_to(real)
+    (real / "link.md").symlink_to(real / "b.md")
+    monkeypatch.chdir(tmp_path)
+    paths = [
+        real / "a.md",
+        tmp_path / "via" / "a.md",
+        real / "link.md",
+        Path("via/b.md"),
+        Path("real/../via/a.md"),
+        Path("real/missing.md"),
+    ]
+    resolve = FolderResolver()
+    assert [resolve(p) for p in paths] == [p.resolve() for p in paths]
