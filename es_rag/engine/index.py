@@ -162,14 +162,19 @@ class ChunkIndex:
         embedding version, dimensions or analyzer.
         """
         indices = self.concrete_indices()
+        if not indices and self.engine.index_exists(self.alias):
+            # The name exists: a concrete index of that name, or the alias a writer
+            # starting together with this one (a prefork worker's other process) has just
+            # created since the first look.
+            indices = self.concrete_indices()
+            if not indices:
+                raise IndexContractError(
+                    f"{self.alias!r} is a concrete index, not an alias; es-rag needs the "
+                    "name for its alias (set ES_RAG_INDEX to another name)"
+                )
         if indices:
             self.check_contract(contract, keys=WRITE_KEYS)
             return indices[-1], False
-        if self.engine.index_exists(self.alias):
-            raise IndexContractError(
-                f"{self.alias!r} is a concrete index, not an alias; es-rag needs the name "
-                "for its alias (set ES_RAG_INDEX to another name)"
-            )
         name = f"{self.alias}-{self._next_number()}"
         body = {**body, "aliases": {self.alias: {"is_write_index": True}}}
         try:

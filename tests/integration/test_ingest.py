@@ -438,3 +438,41 @@ def test_a_queued_unchanged_file_is_not_parsed(
     assert ingestor.status.get("acme", str(note))["reason"] == "unchanged"
     versioned = payload.model_copy(update={"doc_version": "7"})
     assert jobs.run_ingest(ingestor, versioned).status == "indexed" and parser.calls == 2
+
+
+def test_a_writer_that_loses_the_race_to_create_the_index_uses_the_winners(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    engine: Engine,
+) -> None:
+    """Two writers start together (a prefork worker's processes): the second looks for
+    the alias's indices before the first creates them and finds the name taken after. It
+    is the alias, not a concrete index of that name: the second writes into it."""
+    from es_rag.engine.index import ChunkIndex
+
+    settings = make_settings()
+    first, second = ingestor_for(settings), ingestor_for(settings)
+    looks = {"n": 0}
+    real = ChunkIndex.concrete_indices
+
+    def racing(self: ChunkIndex) -> list[str]:
+        looks["n"] += 1
+        if looks["n"] == 1:  # the second writer's first look: nothing yet ...
+            found = real(self)
+            first.init_index()  # ... and the first writer creates it right after
+            return found
+        return real(self)
+
+    second._index = ChunkIndex(engine, settings.index)
+    second._index.concrete_indices = racing.__get__(second._index)  # type: ignore[method-assign]
+    name, created = second.init_index()
+    assert created is False and name == real(first.index)[-1]
+    doc = Document(doc_id="after-race", text="Written by the writer that lost.", acl=ACL)
+    assert second.ingest(doc, refresh=True).status == "indexed"
+
+    # A concrete index that holds the name is still refused, whoever looks.
+    taken = make_settings()
+    engine.create_index(taken.index, {})
+    with pytest.raises(IndexContractError, match="concrete index, not an alias"):
+        ingestor_for(taken).init_index()
+    engine.delete_index(taken.index)
