@@ -8,7 +8,7 @@ In one run, on the same server, texts and model (all-MiniLM-L6-v2):
 
 - embedding only (the ceiling): the faster of a bare ``SentenceTransformer.encode`` of
   all the texts in one call and es-rag's embedder on the same texts, in this process,
-  best of 4 interleaved rounds (their ratio is reported too);
+  best of 4 interleaved rounds (their ratio is reported too), after the queue runs;
 - es-rag through the queue, for each N in --workers: N ``es-rag worker --pool solo``
   processes (models loaded and warm before the clock starts), every text (or --per-doc
   texts) a Markdown file, all of them sent as `es-rag ingest --queue FILES` sends them
@@ -18,8 +18,12 @@ In one run, on the same server, texts and model (all-MiniLM-L6-v2):
 - langchain-elasticsearch ``add_texts`` (``DenseVectorStrategy``), through the driver of
   scripts/bench_peers.py (its own virtualenv), unless --no-peer.
 
-Texts: the first --texts Cranfield child chunks (<= 100 words), as in bench_peers. Prints
-one JSON object; ratios are to the embedding-only throughput and to langchain.
+Texts: the first --texts Cranfield child chunks (<= 100 words), as in bench_peers. The
+ceiling and langchain get the texts the workers embedded, read back from the run's index
+(with --per-doc > 1 each carries its file's title in its context header; with one text
+per file they must be bench_peers' own). ``worker_seconds`` sums each phase over the
+workers' status rows. Prints one JSON object; ratios are to the embedding-only throughput
+and to langchain.
 """
 
 from __future__ import annotations
@@ -172,8 +176,14 @@ def queue_run(
         seconds = time.perf_counter() - t0
         mine = [r for r in rows if r["doc_id"] in set(keys)]
         chunks = sum(int(r.get("chunks") or 0) for r in mine)
-        # The workers' own embedding time (each batch's, shared out over its documents).
-        embed_s = sum(float((r.get("timings_ms") or {}).get("embed") or 0) for r in mine) / 1000
+        # The workers' own time in each phase (a batch's embed and index shared out over
+        # its documents by chunks; parse and chunk are each document's own).
+        phases = {
+            phase: sum(float((r.get("timings_ms") or {}).get(phase) or 0) for r in mine) / 1000
+            for phase in ("parse", "chunk", "embed", "index")
+        }
+        embed_s = phases["embed"]
+        texts = embedded_texts(ingestor, set(keys))
     finally:
         stop_workers(procs)
         for name in ingestor.index.concrete_indices():
@@ -188,7 +198,32 @@ def queue_run(
         # Embedding inside the workers: its rate there, and its share of the workers' time.
         "worker_embed_chunks_per_s": round(chunks / embed_s, 2) if embed_s else None,
         "worker_embed_share": round(embed_s / (seconds * n), 3),
+        "worker_seconds": {k: round(v, 2) for k, v in phases.items()},
+    }, texts
+
+
+def embedded_texts(ingestor: Ingestor, keys: set[str]) -> list[str]:
+    """What the workers embedded, read back from the run's index: each child chunk's
+    context header and content as ``embedding_text`` joins them, so the ceiling is
+    measured on the very texts the run embedded whatever the file layout."""
+    ingestor.index.refresh()
+    body = {
+        "query": {"term": {"chunk_type": "child"}},
+        "_source": ["doc_id", "ordinal", "context_header", "content"],
     }
+    rows = [
+        hit["_source"]
+        for hit in ingestor.engine.scan(ingestor.index.alias, body)
+        if hit["_source"]["doc_id"] in keys
+    ]
+    rows.sort(key=lambda r: (r["doc_id"], r["ordinal"]))
+    prefix = ingestor.settings.context_header_prefix
+    return [
+        f"{r['context_header']}\n{r['content']}"
+        if prefix and r.get("context_header")
+        else r["content"]
+        for r in rows
+    ]
 
 
 def main() -> None:
@@ -225,26 +260,9 @@ def main() -> None:
         Document(doc_id=i, title=t, text=f"# {t}\n\n{c}", acl=acl_obj) for i, t, c in units
     ]
     embedder = build_embedder(base)
-    texts = same_strings(base, documents, embedder)
-    bare_rate, es_rag_rate = embedding_ceiling(embedder, model, texts)
-    # The ceiling is the fastest honest embedding of these texts on this machine.
-    embed_rate = max(bare_rate, es_rag_rate)
-
-    result: dict[str, Any] = {
-        "benchmark": "queue",
-        "environment": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "model": Path(model).name,
-        },
-        "texts": len(texts),
-        "texts_per_document": args.per_doc,
-        "embedding_only_chunks_per_s": round(embed_rate, 2),
-        "bare_encode_chunks_per_s": round(bare_rate, 2),
-        "es_rag_embed_chunks_per_s": round(es_rag_rate, 2),
-        "es_rag_embed_ratio_to_bare_encode": round(es_rag_rate / bare_rate, 3),
-        "queue": [],
-    }
+    one_chunk_texts = same_strings(base, documents, embedder)
+    runs: list[dict[str, Any]] = []
+    embedded: list[str] | None = None
     acl = {"tenant": "bench", "public": True}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -259,16 +277,46 @@ def main() -> None:
                 path.write_text(f"# {group[0].doc_id}\n\n{body}\n", encoding="utf-8")
             files.append(path)
         for n in [int(x) for x in args.workers.split(",") if x.strip()]:
-            run = queue_run(base, n, files, acl, folder)
-            run["ratio_to_embedding_only"] = round(run["chunks_per_s"] / embed_rate, 3)
-            result["queue"].append(run)
+            run, texts = queue_run(base, n, files, acl, folder)
+            if embedded is not None and sorted(texts) != sorted(embedded):
+                raise SystemExit(f"the {n}-worker run embedded other texts than the first run")
+            embedded = texts
+            runs.append(run)
+    if embedded is None:
+        embedded = one_chunk_texts
+    if args.per_doc == 1 and sorted(embedded) != sorted(one_chunk_texts):
+        raise SystemExit("the workers embedded other texts than the one-chunk documents hold")
+    if len(embedded) != len(documents):
+        raise SystemExit(f"read back {len(embedded)} texts from the index; sent {len(documents)}")
+    # The ceiling: the fastest honest embedding of the texts the workers embedded (with
+    # --per-doc > 1 each carries its file's title in its context header, so it is longer).
+    bare_rate, es_rag_rate = embedding_ceiling(embedder, model, embedded)
+    embed_rate = max(bare_rate, es_rag_rate)
+    for run in runs:
+        run["ratio_to_embedding_only"] = round(run["chunks_per_s"] / embed_rate, 3)
+
+    result: dict[str, Any] = {
+        "benchmark": "queue",
+        "environment": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "model": Path(model).name,
+        },
+        "texts": len(embedded),
+        "texts_per_document": args.per_doc,
+        "embedding_only_chunks_per_s": round(embed_rate, 2),
+        "bare_encode_chunks_per_s": round(bare_rate, 2),
+        "es_rag_embed_chunks_per_s": round(es_rag_rate, 2),
+        "es_rag_embed_ratio_to_bare_encode": round(es_rag_rate / bare_rate, 3),
+        "queue": runs,
+    }
     if not args.no_peer:
         venv = Path(
             os.environ.get("ES_RAG_PEER_VENV") or Path.home() / ".cache" / "es-rag" / "peer-venv"
         )
         peer = Peer(ensure_peer_venv(venv))
         try:
-            peer.call(op="init", es_url=args.es_url, model=model, texts=texts)
+            peer.call(op="init", es_url=args.es_url, model=model, texts=embedded)
             index = f"{base.index}-lc"
             answer = peer.call(op="ingest", index=index)
             peer.call(op="delete", index=index)
