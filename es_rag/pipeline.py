@@ -171,9 +171,10 @@ class Ingestor(Parts):
         During or after a migration (es_rag.generations) a writer configured for the
         mirrored generation is checked against that one: it keeps writing both.
         """
-        contract = self.contract()
         layout = self.generations.layout(fresh=True)
         own = layout.own()
+        self._adopt_analyzer(own)
+        contract = self.contract()
         if own is not None and layout.primary is not None and own is not layout.primary:
             diffs = own.contract.differences(contract, keys=WRITE_KEYS) if own.contract else []
             if own.contract is None or diffs:
@@ -196,6 +197,19 @@ class Ingestor(Parts):
         self._dims = contract.dims
         self._ready = True
         return name, created
+
+    def _adopt_analyzer(self, gen: Generation | None) -> None:
+        """Analyse as the index recorded when this code can still do so
+        (``TextAnalyzer.variant``): an index made before Traditional-to-Simplified folding
+        keeps its terms consistent until ``es-rag migrate`` re-analyses it."""
+        if gen is None or gen.contract is None:
+            return
+        recorded = gen.contract.analyzer_version
+        if recorded != self.analyzer.version:
+            earlier = self.analyzer.variant(recorded)
+            if earlier is not None:
+                self._analyzer = earlier
+                self._row_maker = None
 
     def _add_later_fields(self, layout: Layout) -> None:
         for gen in layout.targets():

@@ -93,6 +93,10 @@ class Searcher(Parts):
                 recipe = recorded_settings(gen.settings)
                 embedder = self.generations.embedder(gen, self.embedder)
                 analyzer = self.generations.analyzer(gen, self.analyzer)
+            if gen.contract is not None:
+                # An index analysed before Traditional-to-Simplified folding is queried as
+                # it was made (TextAnalyzer.variant); anything else is refused below.
+                analyzer = analyzer.variant(gen.contract.analyzer_version) or analyzer
             served = _Served(
                 index=gen.index,
                 contract=self._checked(gen.contract, analyzer),

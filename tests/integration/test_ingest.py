@@ -298,6 +298,46 @@ def test_search_refuses_other_analyzer_or_model(
     assert other.search("hello", tenant="acme", principals=["group:support"], strategy="bm25").hits
 
 
+def test_an_index_analysed_before_folding_is_still_written_and_queried_as_it_was_made(
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    embedder,  # type: ignore[no-untyped-def]
+) -> None:
+    """Indices made before Traditional-to-Simplified folding keep their analysis: writers
+    and searchers of the new code adopt it from the index's contract instead of refusing
+    it or writing terms its queries would not match."""
+    from es_rag.analysis import TextAnalyzer
+    from es_rag.query.search import Searcher
+
+    settings = make_settings()
+    plain = TextAnalyzer(settings.analyzer_language, han_fold=False)
+    old = Ingestor(settings, client=engine, embedder=embedder, analyzer=plain)
+    old.ingest(Document(doc_id="old", text="臺灣大學的圖書館藏書豐富", acl=ACL), refresh=True)
+
+    today = Ingestor(settings, client=engine, embedder=embedder)
+    assert today.analyzer.han_fold
+    new = Document(doc_id="new", text="國立圖書館的開放時間", acl=ACL)
+    result = today.ingest(new, refresh=True)
+    assert result.status == "indexed"
+    assert today.analyzer.version == plain.version
+    terms = {
+        hit["_source"]["doc_id"]: hit["_source"]["content_terms"]
+        for hit in engine.search(
+            settings.index,
+            {"query": {"term": {"chunk_type": "child"}}, "_source": ["doc_id", "content_terms"]},
+        )["hits"]["hits"]
+    }
+    # The title (the doc id here) leads the terms as the context header.
+    assert terms["new"] == plain.analyze("new\n國立圖書館的開放時間")
+    assert "图书馆" not in terms["new"].split()  # what folding would have written
+
+    searcher = Searcher(settings, client=engine, embedder=embedder)
+    who = ["group:support"]
+    hits = searcher.search("圖書館藏書", tenant="acme", principals=who, strategy="bm25")
+    assert [h.doc_id for h in hits.hits][:1] == ["old"]
+    assert searcher.generation().analyzer.version == plain.version
+
+
 def test_dimension_mismatch_indexes_nothing(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],

@@ -336,3 +336,40 @@ def test_a_failing_gate_keeps_the_alias_abort_drops_it_and_a_passing_one_swaps(
     dropped = cli(env, "migrate", "--drop-old", "--yes")
     assert dropped.returncode == 0, dropped.stderr
     assert json.loads(dropped.stdout)["deleted"] == f"{alias}-1"
+
+
+def test_migrating_an_index_made_before_folding_re_analyses_it(
+    env: dict[str, str], engine: Engine, embedder: Any
+) -> None:
+    """An index from before Traditional-to-Simplified folding is served as it was made, so
+    a Simplified question misses a Traditional passage by BM25; ``es-rag migrate`` with
+    the same settings re-analyses every row into a new generation, after which it is
+    found."""
+    from es_rag.analysis import TextAnalyzer
+
+    settings = settings_of(env)
+    plain = TextAnalyzer(settings.analyzer_language, han_fold=False)
+    public = make_acl("acme", public=True)
+    old = Ingestor(settings, client=engine, embedder=embedder, analyzer=plain)
+    texts = {
+        "tw": "# 館藏\n\n臺灣大學的圖書館藏書豐富，位於臺北市。",
+        "cn": "# 食堂\n\n学生食堂的菜单每周更新。",
+    }
+    old.ingest_many(
+        [Document(doc_id=key, text=text, acl=public) for key, text in texts.items()], refresh=True
+    )
+    caller = make_caller("acme")
+
+    def bm25_first(question: str) -> str | None:
+        searcher = Searcher(settings, client=engine, embedder=embedder)
+        hits = searcher.search(question, caller=caller, strategy="bm25").hits
+        return hits[0].doc_id if hits else None
+
+    assert bm25_first("台湾大学图书馆") is None  # jieba kept 臺 and 灣大學 apart
+    report = Migrator(engine, settings).run({})
+    assert report.swapped, report.message
+    assert bm25_first("台湾大学图书馆") == "tw"
+    assert bm25_first("臺灣大學圖書館") == "tw"
+    today = Ingestor(settings, client=engine, embedder=embedder)
+    today.init_index()
+    assert today.analyzer.han_fold  # the new generation is written with folding

@@ -252,6 +252,31 @@ def test_version(en: TextAnalyzer) -> None:
     assert not any(ch.isspace() for ch in en.version)
 
 
+def test_traditional_and_simplified_chinese_give_the_same_terms(en: TextAnalyzer) -> None:
+    traditional = en.terms("臺灣大學的圖書館藏書豐富，位於臺北市")
+    assert traditional == en.terms("台湾大学的图书馆藏书丰富，位于台北市")
+    # Segmented as words, not the single characters jieba falls back to on Traditional text.
+    assert {"台湾大学", "图书馆", "位于", "台北市"} <= set(traditional)
+    # Phrase-aware (OpenCC t2s): 乾 is 干 in 乾燥 but stays in 乾隆.
+    assert "干燥" in en.terms("乾燥的天氣") and "乾隆" in "".join(en.terms("乾隆皇帝"))
+
+
+def test_without_folding_traditional_text_falls_apart_and_the_version_says_so(
+    en: TextAnalyzer,
+) -> None:
+    plain = TextAnalyzer("english", han_fold=False)
+    assert "图书馆" not in plain.terms("圖書館藏書")
+    assert plain.terms("图书馆") == en.terms("图书馆")
+    assert "zhfold=opencc-" in en.version and "zhfold" not in plain.version
+    assert en.version.startswith(plain.version)
+    # An index analysed without folding gets the analyzer that made it; nothing else does.
+    assert en.variant(en.version) is en
+    made = en.variant(plain.version)
+    assert made is not None and made.version == plain.version and not made.han_fold
+    assert en.variant(TextAnalyzer("german", han_fold=False).version) is None
+    assert plain.variant(en.version) is None
+
+
 def test_other_language_has_no_stopwords() -> None:
     german = TextAnalyzer("german")
     assert german.terms("die Häuser und the") == ["die", "haus", "und", "the"]
