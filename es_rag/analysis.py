@@ -213,13 +213,27 @@ def _to_simplified(run: str) -> str:
     Traditional: .772 -> .818, the Simplified original's .819; scripts/han_fold_study.py)
     and lets either script find the other.
     """
-    converter = getattr(_opencc_local, "converter", None)
+    return _convert("t2s", run)
+
+
+def _to_traditional(run: str) -> str:
+    """The other way (OpenCC ``s2t``), for highlighting only: ``content`` is
+    standard-analysed, so a Simplified question marks a Traditional passage only in its
+    own characters."""
+    return _convert("s2t", run)
+
+
+def _convert(config: str, run: str) -> str:
+    converters: dict[str, Any] | None = getattr(_opencc_local, "converters", None)
+    if converters is None:
+        converters = _opencc_local.converters = {}
+    converter = converters.get(config)
     if converter is None:
         import opencc
 
-        converter = _opencc_local.converter = opencc.OpenCC("t2s")
-    folded: str = converter.convert(run)
-    return folded
+        converter = converters[config] = opencc.OpenCC(config)
+    out: str = converter.convert(run)
+    return out
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -350,12 +364,19 @@ class TextAnalyzer:
     def highlight_words(self, text: str) -> str:
         """The question's words as written, without stopwords: what highlights mark in the
         standard-analysed ``content``. Stems would not match there, and stopwords would
-        mark every "a" of a passage. Empty when every word is a stopword."""
+        mark every "a" of a passage. Empty when every word is a stopword. With folding, a
+        Han run comes in both scripts, since BM25 matched passages written in either."""
         out: list[str] = []
         for match in _word_patterns()[0].finditer(_normalise(text)):
             han = match.group("han")
             if han is not None:
                 out.append(han)
+                if self.han_fold:
+                    out.extend(
+                        dict.fromkeys(
+                            o for o in (_to_simplified(han), _to_traditional(han)) if o != han
+                        )
+                    )
             elif match.group("word") not in self._stopwords:
                 out.append(match.group("word"))
         return " ".join(out)

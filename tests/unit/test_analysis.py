@@ -325,4 +325,7 @@ def test_highlight_words_keep_the_surface_form_without_stopwords() -> None:
     a = TextAnalyzer("english")
     assert a.highlight_words("How long does a refund take?") == "long refund take"
     assert a.highlight_words("the a of") == ""
-    assert a.highlight_words("北京大学 VPN-token") == "北京大学 vpn-token"
+    assert a.highlight_words("北京大学 VPN-token") == "北京大学 北京大學 vpn-token"
+    # BM25 matches either script, so the highlights look for both.
+    assert a.highlight_words("圖書館") == "圖書館 图书馆"
+    assert TextAnalyzer(han_fold=False).highlight_words("图书馆") == "图书馆"
