@@ -199,13 +199,28 @@ class Generations:
             return self._embedders[key]
 
     def analyzer(self, gen: Generation, own: TextAnalyzer) -> TextAnalyzer:
+        """The analyzer that made ``gen``'s terms, as its contract records it.
+
+        ``own`` when it is that one. Otherwise one for the generation's language, in the
+        recorded variant where this code can still make it (``TextAnalyzer.variant``):
+        during a migration out of an index made before Chinese folding, the writer keeps
+        the old analysis for the served generation and the new one for the mirror.
+        """
         language = gen.settings.analyzer_language
-        if gen.configured or language == own.language:
+        recorded = gen.contract.analyzer_version if gen.contract else None
+        if recorded == own.version or (
+            recorded is None and (gen.configured or language == own.language)
+        ):
             return own
+        key = f"{language}|{recorded}"
         with self._lock:
-            if language not in self._analyzers:
-                self._analyzers[language] = TextAnalyzer(language)
-            return self._analyzers[language]
+            if key not in self._analyzers:
+                current = TextAnalyzer(language)
+                made = current.variant(recorded) if recorded else None
+                # An analysis this code cannot make is refused where it matters (a
+                # search's contract check); the current one is the best guess for the rest.
+                self._analyzers[key] = made or current
+            return self._analyzers[key]
 
 
 def recipe_key(settings: Settings) -> str:

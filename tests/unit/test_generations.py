@@ -7,6 +7,7 @@ from es_rag.config import Settings
 from es_rag.engine.mapping import IndexContract, build_index_body, recorded_settings
 from es_rag.generations import (
     Generation,
+    Generations,
     Layout,
     by_generation,
     generation_number,
@@ -100,3 +101,25 @@ def test_retarget_keeps_terms_made_by_the_same_analyzer() -> None:
     retarget = Retarget("kb-2", analyzer, "e5", "v", context_header_prefix=True)
     (action,) = retarget.actions([("c", child)], [[1.0]])
     assert action["_source"]["content_terms"] == "kept"
+
+
+def test_each_generation_is_analysed_as_its_contract_records() -> None:
+    """A writer that adopted the pre-folding analysis for the served generation still
+    writes a mirrored generation made with folding in the new analysis, and back."""
+    folded, plain = TextAnalyzer(), TextAnalyzer(han_fold=False)
+
+    def gen(version: str | None, configured: bool = True, language: str = "english") -> Generation:
+        contract = None
+        if version is not None:
+            contract = IndexContract("m", "st:m:384:norm", 384, "cosine", version, "c1", "p1")
+        return Generation("kb-1", contract, Settings(analyzer_language=language), configured, {})
+
+    generations = Generations(engine=None, settings=Settings())  # type: ignore[arg-type]
+    assert generations.analyzer(gen(plain.version), plain) is plain
+    mirror = generations.analyzer(gen(folded.version), plain)
+    assert mirror.version == folded.version and mirror.han_fold
+    assert generations.analyzer(gen(plain.version), folded).version == plain.version
+    assert generations.analyzer(gen(None), folded) is folded
+    german = TextAnalyzer("german", han_fold=False).version
+    older_german = gen(german, configured=False, language="german")
+    assert generations.analyzer(older_german, folded).version == german
