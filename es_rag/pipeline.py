@@ -99,6 +99,9 @@ class Ingestor(Parts):
         self._parser: Parser | None = None
         self._tokens: tuple[Counter, int | None] | None = None
         self._row_maker: RowMaker | None = None
+        # The analyzer this process was configured with; the one in use may be the
+        # variant the served generation was made with (_adopt_analyzer).
+        self._configured_analyzer: TextAnalyzer | None = None
         self._generations: Generations | None = None
 
     @property
@@ -205,11 +208,14 @@ class Ingestor(Parts):
         if gen is None or gen.contract is None:
             return
         recorded = gen.contract.analyzer_version
-        if recorded != self.analyzer.version:
-            earlier = self.analyzer.variant(recorded)
-            if earlier is not None:
-                self._analyzer = earlier
-                self._row_maker = None
+        if recorded == self.analyzer.version:
+            return
+        if self._configured_analyzer is None:
+            self._configured_analyzer = self.analyzer
+        made = self._configured_analyzer.variant(recorded)
+        if made is not None:  # else the contract check refuses the index
+            self._analyzer = made
+            self._row_maker = None
 
     def _add_later_fields(self, layout: Layout) -> None:
         for gen in layout.targets():
@@ -331,8 +337,13 @@ class Ingestor(Parts):
                     out[(tenant, doc_id)].append(state)
         return out
 
-    def _targets(self) -> list[_Target]:
-        """Where this batch writes: the alias's generation, then a mirrored one."""
+    def _targets(self, *, adopt: bool = True) -> list[_Target]:
+        """Where this batch writes: the alias's generation, then a mirrored one.
+
+        ``adopt`` (a batch's first look, before any row is made): analyse as the
+        generation this process writes was made (``_adopt_analyzer``), which a migration's
+        swap can change under a long-lived worker.
+        """
         layout = self.generations.layout()
         if layout.own() is None:
             # Reconfigured, or the generation this process was made for has been dropped:
@@ -340,11 +351,16 @@ class Ingestor(Parts):
             self.init_index()
             layout = self.generations.layout(fresh=True)
         own = layout.own() or layout.primary
+        if adopt:
+            self._adopt_analyzer(own)
         return [self._target(g, configured=g is own) for g in layout.targets()]
 
     def _target(self, gen: Generation, *, configured: bool) -> _Target:
-        if configured:
+        recorded = gen.contract.analyzer_version if gen.contract else None
+        if configured and recorded in (None, self.analyzer.version):
             return _Target(gen.index, ChunkIndex(self.engine, gen.index), self.embedder, None)
+        # Another model, or rows made before a swap changed the analysis they need: each
+        # row is remade (es_rag.rows.Retarget).
         embedder = self.generations.embedder(gen, self.embedder)
         retarget = Retarget(
             index=gen.index,
@@ -447,8 +463,9 @@ class Ingestor(Parts):
         embed_ms, total = _ms(t0), max(sum(len(p.children) for p in plans), 1)
         t0 = time.perf_counter()
         # Once more: a migration may have begun (or swapped) while this batch embedded, and
-        # a mirror that appeared must get these rows too.
-        targets = self._targets()
+        # a mirror that appeared must get these rows too (in the analysis they were made
+        # with: a generation that needs another gets them remade).
+        targets = self._targets(adopt=False)
         for target in targets:
             for p in plans:
                 if target.name not in p.old:

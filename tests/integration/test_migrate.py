@@ -370,26 +370,39 @@ def test_migrating_an_index_made_before_folding_re_analyses_it(
 
     assert bm25_first("台湾大学图书馆") is None  # jieba kept 臺 and 灣大學 apart
 
+    old_gen, new_gen = f"{settings.index}-1", f"{settings.index}-2"
+
+    def assert_terms(doc_id: str, wanted: dict[str, str]) -> None:
+        for generation, word in wanted.items():
+            engine.refresh(generation)
+            query = {"query": {"bool": {"filter": [
+                {"term": {"doc_id": doc_id}}, {"term": {"chunk_type": "child"}}]}}}  # fmt: skip
+            terms = [h["_source"]["content_terms"] for h in engine.scan(generation, query)]
+            assert terms and all(word in t.split() for t in terms), (generation, terms)
+
+    # A long-lived writer of today's code, started before the migration.
+    writer = Ingestor(settings, client=engine, embedder=embedder)
+    writer.init_index()
+
     def while_backfilling(rows: int) -> None:
-        """A writer of today's code during the migration: the served generation gets the
-        old analysis, the mirror the new one."""
+        """The served generation gets the old analysis, the mirror the new one."""
         if not rows or "late" in texts:
             return
         texts["late"] = "# 開館\n\n國立圖書館的開放時間延長。"
-        writer = Ingestor(settings, client=engine, embedder=embedder)
         late = Document(doc_id="late", text=texts["late"], acl=public)
         assert writer.ingest(late, refresh=True).status == "indexed"
-        served, mirror = f"{settings.index}-1", f"{settings.index}-2"
-        for generation, word in ((served, "圖書館"), (mirror, "图书馆")):
-            engine.refresh(generation)
-            query = {"query": {"bool": {"filter": [
-                {"term": {"doc_id": "late"}}, {"term": {"chunk_type": "child"}}]}}}  # fmt: skip
-            terms = [h["_source"]["content_terms"] for h in engine.scan(generation, query)]
-            assert terms and all(word in t.split() for t in terms), (generation, terms)
+        assert_terms("late", {old_gen: "圖書館", new_gen: "图书馆"})
 
     report = Migrator(engine, settings, page_docs=1, progress=while_backfilling).run({})
     assert report.swapped, report.message
     assert "late" in texts, "the backfill never reported progress"
+    # After the swap the same writer writes the new generation with folding, and the old
+    # one (mirrored until --drop-old) as it was made.
+    time.sleep(1.2)  # writers re-read the layout at least every second
+    after = Document(doc_id="after", text="# 閉館\n\n圖書館週一閉館。", acl=public)
+    assert writer.ingest(after, refresh=True).status == "indexed"
+    assert writer.analyzer.han_fold
+    assert_terms("after", {new_gen: "图书馆", old_gen: "圖書館"})
     assert bm25_first("台湾大学图书馆") == "tw"
     assert bm25_first("国立图书馆开放时间") == "late"
     assert bm25_first("臺灣大學圖書館") == "tw"
