@@ -55,6 +55,7 @@ from es_rag.acl import make_acl  # noqa: E402
 from es_rag.config import Settings  # noqa: E402
 from es_rag.embedding import build_embedder  # noqa: E402
 from es_rag.pipeline import Ingestor  # noqa: E402
+from es_rag.rows import row_embedding_text  # noqa: E402
 from es_rag.types import Document  # noqa: E402
 from workers.app import make_app  # noqa: E402
 
@@ -204,7 +205,7 @@ def queue_run(
 
 def embedded_texts(ingestor: Ingestor, keys: set[str]) -> list[str]:
     """What the workers embedded, read back from the run's index: each child chunk's
-    context header and content as ``embedding_text`` joins them, so the ceiling is
+    context header and content as ``row_embedding_text`` joins them, so the ceiling is
     measured on the very texts the run embedded whatever the file layout."""
     ingestor.index.refresh()
     body = {
@@ -218,12 +219,7 @@ def embedded_texts(ingestor: Ingestor, keys: set[str]) -> list[str]:
     ]
     rows.sort(key=lambda r: (r["doc_id"], r["ordinal"]))
     prefix = ingestor.settings.context_header_prefix
-    return [
-        f"{r['context_header']}\n{r['content']}"
-        if prefix and r.get("context_header")
-        else r["content"]
-        for r in rows
-    ]
+    return [row_embedding_text(r, prefix=prefix) for r in rows]
 
 
 def main() -> None:

@@ -93,7 +93,7 @@ class Searcher(Parts):
                 recipe = recorded_settings(gen.settings)
                 embedder = self.generations.embedder(gen, self.embedder)
                 analyzer = self.generations.analyzer(gen, self.analyzer)
-            if gen.contract is not None:
+            elif gen.contract is not None:
                 # An index analysed before Traditional-to-Simplified folding is queried as
                 # it was made (TextAnalyzer.variant); anything else is refused below.
                 analyzer = analyzer.variant(gen.contract.analyzer_version) or analyzer
