@@ -50,6 +50,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "one_engine(reason): what the test checks does not depend on the search engine "
+        "(parsing, Redis leases, Celery routing): it runs on the first engine of "
+        "ES_RAG_TEST_ENGINES only, and on every engine with --long",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop the other engines' copies of ``one_engine`` tests (unless --long), so the
+    suite's time goes to what differs between engines."""
+    if config.getoption("--long") or len(ENGINES) < 2:
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("one_engine")
+        callspec = getattr(item, "callspec", None)
+        engine = callspec.params.get("engine_name") if callspec is not None else None
+        if marker is not None and not marker.args:
+            raise pytest.UsageError(f"{item.nodeid}: one_engine needs its reason")
+        if marker is not None and engine is not None and engine != ENGINES[0]:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def missing(reason: str) -> NoReturn:
     """Fail in CI (a required resource is absent), skip on a developer machine."""
     if IN_CI:

@@ -480,6 +480,7 @@ def test_folder_walk_reports_every_link_and_pipe_instead_of_dropping_them(corpus
     assert str(folder / "zz-more" / "good-faq.md") in listed  # the real subfolder is walked
 
 
+@pytest.mark.one_engine("bad files fail in the parser, before any write")
 def test_cli_ingest_reports_every_bad_file_and_indexes_only_the_good_ones(
     corpus: Path, es_url: str, engine: Engine, engine_name: str, minilm_path: str
 ) -> None:
@@ -549,6 +550,7 @@ def queue_env(
     engine.delete_index(f"{env['ES_RAG_INDEX']}-status")
 
 
+@pytest.mark.one_engine("poison files fail in the worker's parser, before any write")
 def test_queue_fails_poison_documents_once_and_the_worker_indexes_the_next(
     corpus: Path, queue_env: dict[str, str], engine: Engine, tmp_path: Path
 ) -> None:

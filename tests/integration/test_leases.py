@@ -162,6 +162,9 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         w.stop()
 
 
+@pytest.mark.one_engine(
+    "leases live in Redis; the rows' writes are test_queue's kill tests, on both engines"
+)
 def test_a_killed_workers_tasks_reach_a_new_worker_within_a_lease(
     lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path
 ) -> None:
@@ -229,6 +232,7 @@ def test_a_killed_workers_tasks_reach_a_new_worker_within_a_lease(
     assert report["workers"] == 1
 
 
+@pytest.mark.one_engine("leases live in Redis")
 def test_a_message_lost_between_pop_and_record_is_sent_again(
     lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path, client: redis.Redis
 ) -> None:
@@ -284,6 +288,7 @@ def test_a_message_taken_but_named_by_no_lease_goes_back(
     assert restore_unclaimed(client, [queue], channel.qos.restore_by_tag, older_than_s=0.5) == 0
 
 
+@pytest.mark.one_engine("leases live in Redis")
 def test_a_worker_hands_back_a_message_its_dead_taker_never_named(
     lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path, redis_url: str
 ) -> None:
@@ -317,6 +322,7 @@ def test_a_worker_hands_back_a_message_its_dead_taker_never_named(
     assert row["status"] == "indexed", row
 
 
+@pytest.mark.one_engine("how the sender spreads batches over workers (Redis)")
 def test_small_files_are_spread_over_the_live_worker_processes(
     lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path
 ) -> None:
@@ -378,6 +384,7 @@ def _parent(pid: int) -> int:
         return 0
 
 
+@pytest.mark.one_engine("the parse server is the worker's, whatever the engine")
 def test_a_prefork_worker_runs_one_parse_server_for_its_processes(
     lease_env: dict[str, str], workers: Callable[..., Worker], tmp_path: Path
 ) -> None:

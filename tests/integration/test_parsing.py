@@ -696,6 +696,7 @@ def hit_where(hits: list[dict[str, Any]], test: Callable[[dict[str, Any]], bool]
     return found[0]
 
 
+@pytest.mark.one_engine("what the parser finds in each format (OCR included)")
 def test_cli_ingests_every_format_and_finds_it(
     corpus: Path, es_url: str, engine: Engine, minilm_path: str
 ) -> None:

@@ -535,6 +535,7 @@ def test_sync_directory_mirrors_a_folder(
     assert found(keeper) == [keep, str(folder / "new.md")]
 
 
+@pytest.mark.one_engine("Celery routing between queues")
 def test_split_parse_and_embed_queues_with_the_celery_command(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -619,6 +620,7 @@ def test_a_dead_redis_is_one_clear_line_and_the_document_is_marked(
     assert row and row["status"] == "failed" and row["payload"]["path"] == str(doc.resolve())
 
 
+@pytest.mark.one_engine("Celery's time limit and the status row it leaves")
 def test_the_soft_time_limit_fails_the_document_as_a_timeout(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -644,6 +646,7 @@ def test_the_soft_time_limit_fails_the_document_as_a_timeout(
         worker.stop()
 
 
+@pytest.mark.one_engine("Celery routing of a parse failure")
 def test_a_split_parse_failure_is_recorded_from_the_error_not_parsed_again(
     make_settings: Callable[..., Settings],
     ingestor_for: Callable[[Settings], Ingestor],
@@ -742,6 +745,9 @@ class EmbeddingServer:
             self.proc.wait(timeout=10)
 
 
+@pytest.mark.one_engine(
+    "retries around the embedding server; test_fault_suite holds an outage on both engines"
+)
 def test_an_embedding_server_outage_is_retried_until_every_document_is_indexed(
     env: dict[str, str], workers: Callable[[dict[str, str]], Worker], tmp_path: Path
 ) -> None:
