@@ -57,6 +57,8 @@ def _load_models(**_: Any) -> None:
     _ingestor.analyzer.analyze("warm-up")
     try:
         _ingestor.embedder.embed(["warm-up"], kind="passage")
+        # on a GPU this measures the batch size (a few seconds), before any time limit runs
+        _ingestor.embedder.effective_batch_size()
     except EsRagError as exc:
         # An embedding server that is down now must not kill the pool's children at
         # birth (they would be restarted in a loop); the first task retries it.

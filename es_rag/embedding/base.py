@@ -103,7 +103,8 @@ class Embedder(ABC):
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
         items = [items[i] for i in order]
         parts: list[np.ndarray] = []
-        size = self.effective_batch_size()
+        # One text (a query) needs no batch size: on a GPU choosing one means measuring.
+        size = self.effective_batch_size() if len(items) > 1 else 1
         for start in range(0, len(items), size):
             batch = items[start : start + size]
             try:

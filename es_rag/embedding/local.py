@@ -17,13 +17,16 @@ import platform
 import re
 import shutil
 import tempfile
+import threading
+import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from es_rag.embedding.autobatch import PROBE_SIZES, BatchChoice, choose_batch_size
 from es_rag.embedding.base import Embedder, Kind
 from es_rag.errors import ConfigurationError, EmbeddingError
 from es_rag.models import LazyModel, auto_device
@@ -48,10 +51,11 @@ _SKIPPED_MODEL_DIRS = frozenset({"onnx", "openvino", ".git", ".cache"})
 
 
 def auto_batch_size(device: str) -> int:
-    """Texts per forward pass when none is set. On a CPU, small batches of texts sorted by
-    length pad least: MiniLM on 2 cores, calls of 64 texts, ran at 49-51 texts/s in batches
-    of 8-16 against 46 at 32 and 36 at 64 (calls of 600 ran at 51 whatever the size). A
-    GPU wants larger batches to be busy (64; not measured on one here)."""
+    """Texts per forward pass when none is set, before any measurement. On a CPU, small
+    batches of texts sorted by length pad least: MiniLM on 2 cores, calls of 64 texts, ran
+    at 49-51 texts/s in batches of 8-16 against 46 at 32 and 36 at 64 (calls of 600 ran at
+    51 whatever the size), and that is final. On a GPU this is only where a loaded model's
+    probe starts from (``es_rag.embedding.autobatch``)."""
     return 16 if device.startswith("cpu") else 64
 
 
@@ -91,13 +95,58 @@ class _LocalModelEmbedder(Embedder):
             what=f"{self.backend} model {model!r}",
             check=self._check_can_load,
         )
+        self._probed: BatchChoice | None = None
+        self._probe_lock = threading.Lock()
 
     @property
     def loaded(self) -> bool:
         return self._model.loaded
 
     def _auto_batch_size(self) -> int:
-        return auto_batch_size(self.device or auto_device())
+        device = self.device or auto_device()
+        if device.startswith("cpu"):
+            return auto_batch_size(device)
+        return self.probe_batch_size().size
+
+    def probe_batch_size(self, sizes: Sequence[int] = PROBE_SIZES) -> BatchChoice:
+        """On a GPU (or MPS): the batch size measured for this model on this card, once per
+        process, at the first embedding (a few forward passes of max-length texts; logged)."""
+        if self._probed is None:
+            with self._probe_lock:
+                if self._probed is None:
+                    self._probed = self._measure_batch_size(sizes)
+        return self._probed
+
+    def _measure_batch_size(self, sizes: Sequence[int]) -> BatchChoice:
+        import torch
+
+        self._get_model()  # load outside the timings
+        # Texts that fill the model's whole input: the longest a chunk can be bounds memory.
+        length = self._effective_max_length() or 512
+        text = " ".join(["retrieval"] * length)
+
+        def seconds_for(size: int) -> float:
+            texts = [text] * size
+            self.embed_batch(texts, kind="passage")  # warm: kernels and allocator for size
+            started = time.perf_counter()
+            self.embed_batch(texts, kind="passage")  # returns host arrays: synchronised
+            return time.perf_counter() - started
+
+        def free_cache() -> None:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+        choice = choose_batch_size(seconds_for, sizes, after_oom=free_cache)
+        logger.info(
+            "embedding batch size %d for %s on %s, measured at %d tokens (texts/s by size: %s%s)",
+            choice.size,
+            self.model,
+            self.device or auto_device(),
+            length,
+            ", ".join(f"{k}: {v:.0f}" for k, v in choice.rates.items()),
+            f"; stopped: {choice.stopped}" if choice.stopped else "",
+        )
+        return choice
 
     def _get_model(self) -> Any:
         return self._model.get()
@@ -433,7 +482,8 @@ class FlagEmbedder(_LocalModelEmbedder):
             use_fp16=device.startswith("cuda"),
             devices=device,
             pooling_method=self.pooling_method,
-            batch_size=self.effective_batch_size(),
+            # unused (embed_batch below calls the model directly); a probe would need the model
+            batch_size=self.batch_size or auto_batch_size(device),
             query_max_length=max_length,
             passage_max_length=max_length,
             return_dense=True,

@@ -81,6 +81,23 @@ def test_sentence_transformers_batching_is_transparent(
     np.testing.assert_allclose(st_embedder.embed(texts), one_batch.embed(texts), atol=1e-5)
 
 
+def test_the_batch_size_probe_times_the_real_model(minilm_path: str) -> None:
+    """What a worker on a GPU runs at its first embedding, here on the CPU with the real
+    model and small sizes: each size is timed on max-length texts and one is chosen."""
+    for embedder in (
+        SentenceTransformerEmbedder(model=minilm_path, device="cpu"),
+        FlagEmbedder(model=minilm_path, device="cpu", pooling_method="mean", max_length=128),
+    ):
+        choice = embedder.probe_batch_size((2, 4, 8))
+        assert choice.rates and set(choice.rates) <= {2, 4, 8} and 2 in choice.rates
+        assert all(rate > 0 for rate in choice.rates.values())
+        assert choice.size in choice.rates
+        fastest = max(choice.rates.values())
+        assert choice.rates[choice.size] >= 0.95 * fastest
+        assert embedder.probe_batch_size() is choice  # measured once per process
+        assert embedder.effective_batch_size() == 16  # the CPU keeps its measured size
+
+
 def test_flag_minilm_cls(minilm_path: str, st_embedder: SentenceTransformerEmbedder) -> None:
     flag = FlagEmbedder(model=minilm_path, batch_size=2, device="cpu")
     vecs = flag.embed([ANCHOR, PARAPHRASE, UNRELATED])

@@ -377,11 +377,12 @@ def test_an_unset_batch_size_is_chosen_by_where_the_model_runs() -> None:
     from es_rag.embedding.local import auto_batch_size
 
     assert auto_batch_size("cpu") == 16
-    assert auto_batch_size("cuda:0") == auto_batch_size("mps") == 64
     on_cpu = build_embedder(Settings(embedding_model="/nonexistent/model", device="cpu"))
     assert on_cpu.batch_size is None and on_cpu.effective_batch_size() == 16
+    # on a GPU the size is measured with the loaded model: a model that cannot load says so
     on_gpu = build_embedder(Settings(embedding_model="/nonexistent/model", device="cuda:1"))
-    assert on_gpu.effective_batch_size() == 64
+    with pytest.raises(EmbeddingError):
+        on_gpu.effective_batch_size()
     onnx = build_embedder(Settings(embedding_model="/nonexistent/model", embedding_runtime="onnx"))
     assert onnx.effective_batch_size() == 16  # ONNX Runtime runs on the CPU
     server = build_embedder(
@@ -390,3 +391,61 @@ def test_an_unset_batch_size_is_chosen_by_where_the_model_runs() -> None:
     assert server.effective_batch_size() == 32  # texts per request
     chosen = build_embedder(Settings(embedding_model="/x", device="cuda", embedding_batch_size=7))
     assert chosen.effective_batch_size() == 7
+
+
+def test_a_batch_size_probe_keeps_the_smallest_size_near_the_fastest() -> None:
+    from es_rag.embedding.autobatch import choose_batch_size
+
+    # texts/s rises to a plateau: 16 -> 800/s, 32 -> 1500/s, 64 -> 2400/s, 128 -> 2460/s
+    rates = {16: 800.0, 32: 1500.0, 64: 2400.0, 128: 2460.0, 256: 2500.0}
+    tried: list[int] = []
+
+    def seconds_for(size: int) -> float:
+        tried.append(size)
+        return size / rates[size]
+
+    choice = choose_batch_size(seconds_for, (16, 32, 64, 128, 256))
+    assert tried == [16, 32, 64, 128]  # 128 was not 5% faster than 64: no need to try 256
+    assert choice.size == 64 and "not 5% faster" in choice.stopped
+    assert choice.as_dict()["rates"] == {"16": 800.0, "32": 1500.0, "64": 2400.0, "128": 2460.0}
+
+
+def test_a_batch_size_probe_stops_at_the_first_size_that_does_not_fit() -> None:
+    from es_rag.embedding.autobatch import choose_batch_size
+
+    class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name and base
+        pass
+
+    freed: list[bool] = []
+
+    def seconds_for(size: int) -> float:
+        if size >= 128:
+            try:
+                raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            except OutOfMemoryError as exc:  # libraries re-raise it wrapped
+                raise RuntimeError("forward failed") from exc
+        return size / (100.0 * size)  # still faster at every size
+
+    choice = choose_batch_size(seconds_for, after_oom=lambda: freed.append(True))
+    assert choice.size == 64 and freed == [True]
+    assert choice.stopped == "128 texts ran out of memory"
+    # the smallest size failing, or any other error, is the caller's to see
+    with pytest.raises(RuntimeError, match="forward failed"):
+        choose_batch_size(lambda size: seconds_for(size * 8), (16, 32))
+    with pytest.raises(ValueError, match="boom"):
+        choose_batch_size(lambda size: (_ for _ in ()).throw(ValueError("boom")))
+    with pytest.raises(ValueError, match="ascending"):
+        choose_batch_size(seconds_for, (32, 16))
+
+
+def test_a_batch_size_probe_keeps_to_its_time_budget() -> None:
+    from es_rag.embedding.autobatch import choose_batch_size
+
+    now = [0.0]
+
+    def seconds_for(size: int) -> float:
+        now[0] += 20.0  # each size takes 20 s of the wall clock
+        return size / (10.0 * size)
+
+    choice = choose_batch_size(seconds_for, budget_s=30.0, clock=lambda: now[0])
+    assert list(choice.rates) == [16, 32] and "30 s" in choice.stopped
