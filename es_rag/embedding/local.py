@@ -52,12 +52,11 @@ _SKIPPED_MODEL_DIRS = frozenset({"onnx", "openvino", ".git", ".cache"})
 
 def auto_batch_size(device: str) -> int:
     """Texts per forward pass when none is set, before any measurement. On a CPU, small
-    batches of texts sorted by length pad least: MiniLM on 2 cores, interleaved rounds
-    (``scripts/bench_batch_size.py``), ran chunk-sized texts (160 words) 9% faster in
-    batches of 8 than of 16 and 15% faster than of 32, and 100-word texts as fast at 8 as
-    at 16 (12% faster than at 32); that is final. On a GPU this is only where a loaded
-    model's probe starts from (``es_rag.embedding.autobatch``)."""
-    return 8 if device.startswith("cpu") else 64
+    batches of texts sorted by length pad least: MiniLM on 2 cores, calls of 64 texts, ran
+    at 49-51 texts/s in batches of 8-16 against 46 at 32 and 36 at 64 (calls of 600 ran at
+    51 whatever the size), and that is final. On a GPU this is only where a loaded model's
+    probe starts from (``es_rag.embedding.autobatch``)."""
+    return 16 if device.startswith("cpu") else 64
 
 
 class _LocalModelEmbedder(Embedder):

@@ -376,15 +376,15 @@ def test_a_local_model_fingerprint_is_remembered_across_processes(
 def test_an_unset_batch_size_is_chosen_by_where_the_model_runs() -> None:
     from es_rag.embedding.local import auto_batch_size
 
-    assert auto_batch_size("cpu") == 8
+    assert auto_batch_size("cpu") == 16
     on_cpu = build_embedder(Settings(embedding_model="/nonexistent/model", device="cpu"))
-    assert on_cpu.batch_size is None and on_cpu.effective_batch_size() == 8
+    assert on_cpu.batch_size is None and on_cpu.effective_batch_size() == 16
     # on a GPU the size is measured with the loaded model: a model that cannot load says so
     on_gpu = build_embedder(Settings(embedding_model="/nonexistent/model", device="cuda:1"))
     with pytest.raises(EmbeddingError):
         on_gpu.effective_batch_size()
     onnx = build_embedder(Settings(embedding_model="/nonexistent/model", embedding_runtime="onnx"))
-    assert onnx.effective_batch_size() == 8  # ONNX Runtime runs on the CPU
+    assert onnx.effective_batch_size() == 16  # ONNX Runtime runs on the CPU
     server = build_embedder(
         Settings(embedding_backend="openai", embedding_url="http://127.0.0.1:1/v1/")
     )
