@@ -130,7 +130,7 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="texts per forward pass; unset: 16 on the CPU (texts sorted by length "
-        "pad least in small batches), 64 on a GPU, 32 per request to a server",
+        "pad least in small batches), measured on a GPU, 32 per request to a server",
     )
     embedding_max_length: int = 512
     embedding_normalize: bool = True

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""es-rag's embedder at several batch sizes on the CPU, rounds interleaved: the evidence for
-the CPU's default ``ES_RAG_EMBEDDING_BATCH_SIZE``.
+"""es-rag's embedder at several batch sizes on the CPU, alone in this process, rounds
+interleaved. Half the evidence for the CPU's ``ES_RAG_EMBEDDING_BATCH_SIZE``: the other half
+is bench_queue.py's ``worker_embed_chunks_per_s``, the same embedding inside a worker beside
+the search server's indexing, where smaller batches lost (see the README).
 
     python scripts/bench_batch_size.py [--sizes 4,8,16,32] [--rounds 3] [--texts 300]
         [--cranfield ../shared/data/cranfield]
