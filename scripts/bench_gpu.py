@@ -32,14 +32,12 @@ JSON object (and writes it to ``--output``) and a Markdown table on stderr.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import platform
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +47,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_parsing import docstring_paragraphs  # noqa: E402
 
 # Modules whose docstrings give the texts: present in every CPython build (no tkinter).
 STDLIB = [
@@ -77,22 +78,7 @@ def progress(message: str, started: float = time.perf_counter()) -> None:
 
 def passages(count: int) -> list[str]:
     """``count`` passages of 120-200 words (the size of a 256-token chunk), deterministic."""
-    paragraphs: list[str] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # typing.io and the like, while listing members
-        for name in STDLIB:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            for obj in [module, *vars(module).values()]:
-                doc = getattr(obj, "__doc__", None)
-                if not isinstance(doc, str):
-                    continue
-                for block in doc.split("\n\n"):
-                    text = " ".join(block.split())
-                    if len(text.split()) >= 20 and text.isascii() and text not in paragraphs:
-                        paragraphs.append(text)
+    paragraphs = docstring_paragraphs(STDLIB, min_words=20)
     words = " ".join(paragraphs).split()
     out: list[str] = []
     start = 0

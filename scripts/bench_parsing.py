@@ -122,26 +122,42 @@ STDLIB = [
 ]
 
 
-def prose(limit_words: int) -> list[str]:
-    """Paragraphs from the docstrings of standard-library modules, deterministic."""
+def docstring_paragraphs(
+    modules: list[str], *, min_words: int, limit_words: int | None = None
+) -> list[str]:
+    """Paragraphs of at least ``min_words`` ASCII words from the docstrings of ``modules``
+    and their members, each once, in order: real prose, identical on every machine. Stops
+    before the next module once ``limit_words`` are collected; a module this Python lacks
+    (tkinter's, say) is skipped."""
     import importlib
+    import warnings
 
     paragraphs: list[str] = []
     words = 0
-    for name in STDLIB:
-        if words >= limit_words:
-            break
-        module = importlib.import_module(name)
-        for obj in [module, *vars(module).values()]:
-            doc = getattr(obj, "__doc__", None)
-            if not isinstance(doc, str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # typing.io and the like, while listing members
+        for name in modules:
+            if limit_words is not None and words >= limit_words:
+                break
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
                 continue
-            for block in doc.split("\n\n"):
-                text = " ".join(block.split())
-                if len(text.split()) >= 25 and text.isascii() and text not in paragraphs:
-                    paragraphs.append(text)
-                    words += len(text.split())
+            for obj in [module, *vars(module).values()]:
+                doc = getattr(obj, "__doc__", None)
+                if not isinstance(doc, str):
+                    continue
+                for block in doc.split("\n\n"):
+                    text = " ".join(block.split())
+                    if len(text.split()) >= min_words and text.isascii() and text not in paragraphs:
+                        paragraphs.append(text)
+                        words += len(text.split())
     return paragraphs
+
+
+def prose(limit_words: int) -> list[str]:
+    """Paragraphs from the docstrings of standard-library modules, deterministic."""
+    return docstring_paragraphs(STDLIB, min_words=25, limit_words=limit_words)
 
 
 def write_pdf(path: Path, paragraphs: list[str], pages: int) -> int:
