@@ -174,18 +174,12 @@ class Pool:
     def wait(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """Every document's final row. Polls every 2 s: the clock stops at the rows' own
         ``finished_at``, so a slower poll costs no precision and the search server less."""
-        status = self.ingestor.status
-        deadline = time.monotonic() + 3600
-        done: dict[str, dict[str, Any]] = {}
-        while len(done) < len(keys):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the queue run did not finish: {len(done)}/{len(keys)} done")
-            time.sleep(2.0)
-            status.refresh()
-            pending = [k for k in keys if k not in done]
-            for row in status.rows(doc_ids=pending[:1000], tenant=self.acl["tenant"]):
-                if row["status"] in jobs.FINAL and row["doc_id"] not in done:  # newest first
-                    done[row["doc_id"]] = row
+        try:
+            done = jobs.wait_for(
+                self.ingestor, keys, tenant=self.acl["tenant"], timeout=3600, poll=2.0
+            )
+        except TimeoutError as exc:
+            raise SystemExit(f"the queue run did not finish: {exc}") from exc
         failed = [r for r in done.values() if r["status"] != "indexed"]
         if failed:
             raise SystemExit(f"failures in the queue run: {failed[:3]}")

@@ -237,8 +237,10 @@ def wait_for(
     tenant: str,
     timeout: float,
     on_final: Callable[[dict[str, Any]], None] | None = None,
+    poll: float = 0.5,
 ) -> dict[str, dict[str, Any]]:
-    """Follow the status index until every document of ``keys`` has a final row.
+    """Follow the status index (every ``poll`` seconds) until every document of ``keys``
+    has a final row.
 
     Raises ``TimeoutError`` after ``timeout`` seconds. Rows running past the hard time
     limit are expired on the way (every 30 s: they are minutes old anyway).
@@ -253,7 +255,7 @@ def wait_for(
                 f"gave up waiting after {timeout:g} s: {len(keys) - len(done)} document(s) not "
                 "finished (is a worker running? `es-rag worker`); see `es-rag status`"
             )
-        time.sleep(0.5)
+        time.sleep(poll)
         status.refresh()
         if time.monotonic() >= next_expiry:
             expire_stuck(ingestor)
