@@ -273,6 +273,17 @@ class Settings(BaseSettings):
         "first (one more round trip): same BM25 scores on 1 or N shards",
     )
     query_cache_size: int = Field(default=1024, description="LRU of query embeddings; 0 = off")
+    feedback_chunks: int = Field(
+        default=0,
+        ge=0,
+        description="pseudo-relevance feedback for the fused strategies: the BM25 question is "
+        "expanded with terms of the top N fused chunks, searched again and fused again with "
+        "the same kNN list; 0 = off (3 is the measured setting)",
+    )
+    feedback_terms: int = Field(default=10, ge=1, description="expansion terms (feedback)")
+    feedback_weight: float = Field(
+        default=0.6, ge=0.0, description="boost of the strongest expansion term (feedback)"
+    )
 
     # --- context (prompt-ready evidence) ------------------------------------------------------
     context_candidates: int = Field(default=10, description="hits considered for the context")

@@ -80,6 +80,7 @@ def parse_strategies(
     rank_constants: Sequence[int] = (),
     windows: Sequence[int] = (),
     weights: Sequence[tuple[float, float]] = (),
+    feedbacks: Sequence[int] = (),
 ) -> list[Variant]:
     variants: list[Variant] = []
     for raw in [s.strip() for s in spec.split(",") if s.strip()]:
@@ -92,11 +93,12 @@ def parse_strategies(
         rcs: Sequence[int | None] = rank_constants or [None]
         wins: Sequence[int | None] = windows or [None]
         wts: Sequence[tuple[float, float] | None] = weights or [None]
-        grid = list(itertools.product(rcs, wins, wts))
-        if base not in FUSED or grid == [(None, None, None)]:
+        fbs: Sequence[int | None] = feedbacks or [None]
+        grid = list(itertools.product(rcs, wins, wts, fbs))
+        if base not in FUSED or grid == [(None, None, None, None)]:
             variants.append(Variant(raw, base, rerank))
             continue
-        for rc, win, wt in grid:
+        for rc, win, wt, fb in grid:
             overrides: dict[str, Any] = {}
             label = []
             if rc is not None:
@@ -108,6 +110,9 @@ def parse_strategies(
             if wt is not None:
                 overrides["bm25_weight"], overrides["knn_weight"] = wt
                 label.append(f"w={wt[0]:g}:{wt[1]:g}")
+            if fb is not None:
+                overrides["feedback_chunks"] = fb
+                label.append(f"fb={fb}")
             variants.append(Variant(f"{raw}[{','.join(label)}]", base, rerank, overrides))
     return variants
 

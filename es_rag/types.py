@@ -184,6 +184,8 @@ class SearchResponse:
     note: str | None = None  # e.g. why native RRF was not used
     reranked: bool | None = None  # None: no rerank asked; False: asked but fused order kept
     rerank_note: str | None = None  # why not reranked
+    # Terms pseudo-relevance feedback added to the BM25 side, with their boosts
+    expansion: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -197,6 +199,8 @@ class SearchResponse:
             out["reranked"] = self.reranked
             if self.rerank_note:
                 out["rerank_note"] = self.rerank_note
+        if self.expansion:
+            out["expansion"] = [{"term": t, "boost": round(b, 4)} for t, b in self.expansion]
         return out
 
 

@@ -39,6 +39,10 @@ def eval_(
     rank_constant: Annotated[str | None, typer.Option(help="sweep, e.g. 10,20,60")] = None,
     window: Annotated[str | None, typer.Option(help="sweep of rank windows, e.g. 50,100")] = None,
     weights: Annotated[str | None, typer.Option(help="sweep BM25:kNN, e.g. 1:1,2:1")] = None,
+    feedback: Annotated[
+        str | None,
+        typer.Option(help="sweep of feedback chunks for the fused strategies, e.g. 0,3"),
+    ] = None,
     limit_queries: Annotated[int | None, typer.Option(help="first N queries only")] = None,
     runs: Annotated[
         Path | None,
@@ -67,6 +71,7 @@ def eval_(
             rank_constants=ints(rank_constant),
             windows=ints(window),
             weights=sweep_weights,
+            feedbacks=ints(feedback),
         )
     except (ValueError, EsRagError) as exc:
         fail(str(exc))

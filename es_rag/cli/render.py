@@ -33,6 +33,9 @@ def search_text(response: SearchResponse, *, explain: bool = False) -> str:
     if response.reranked is False:
         lines.append(f"not reranked: {response.rerank_note}")
     if explain:
+        if response.expansion:
+            added = " ".join(f"{t}^{b:.2f}" for t, b in response.expansion)
+            lines.append(f"feedback added to BM25: {added}")
         lines.append(explain_table(response.hits))
     for n, hit in enumerate(response.hits, start=1):
         path = " > ".join(hit.title_path)

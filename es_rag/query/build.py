@@ -34,28 +34,39 @@ def bm25_query(
     filters: Sequence[dict[str, Any]] = (),
     content_boost: float = 1.0,
     title_boost: float = 0.5,
+    expansion: Sequence[tuple[str, float]] = (),
 ) -> dict[str, Any]:
     """BM25 over es-rag's analysed term fields; the terms are already analysed in Python.
 
     ``most_fields`` adds the title match to the content match: the title path is also
     inside ``content_terms`` (context header), so this is a gentle extra vote for
     documents whose headings name the query, not a replacement of the body's score.
+    ``expansion`` (pseudo-relevance feedback: analysed terms and their boosts) adds one
+    ``term`` clause each on ``content_terms`` beside the question; a row that matches only
+    expansion terms is found too, which is what lets feedback reach a vocabulary the
+    question did not use. The ACL stays in the one ``filter``, around all of them.
     """
+    question = {
+        "multi_match": {
+            "query": query_terms,
+            "type": "most_fields",
+            "fields": [
+                f"content_terms^{content_boost:g}",
+                f"title_terms^{title_boost:g}",
+            ],
+            "operator": "or",
+        }
+    }
+    if not expansion:
+        return {"bool": {"must": [question], "filter": retrieval_filters(acl, filters)}}
+    terms = [
+        {"term": {"content_terms": {"value": term, "boost": round(boost, 4)}}}
+        for term, boost in expansion
+    ]
     return {
         "bool": {
-            "must": [
-                {
-                    "multi_match": {
-                        "query": query_terms,
-                        "type": "most_fields",
-                        "fields": [
-                            f"content_terms^{content_boost:g}",
-                            f"title_terms^{title_boost:g}",
-                        ],
-                        "operator": "or",
-                    }
-                }
-            ],
+            "should": [question, *terms],
+            "minimum_should_match": 1,
             "filter": retrieval_filters(acl, filters),
         }
     }
@@ -98,9 +109,15 @@ def bm25_body(
     filters: Sequence[dict[str, Any]] = (),
     content_boost: float = 1.0,
     title_boost: float = 0.5,
+    expansion: Sequence[tuple[str, float]] = (),
 ) -> dict[str, Any]:
     query = bm25_query(
-        query_terms, acl=acl, filters=filters, content_boost=content_boost, title_boost=title_boost
+        query_terms,
+        acl=acl,
+        filters=filters,
+        content_boost=content_boost,
+        title_boost=title_boost,
+        expansion=expansion,
     )
     return hits_body(size, query=query)
 
@@ -169,6 +186,7 @@ def opensearch_hybrid_body(
     filters: Sequence[dict[str, Any]] = (),
     content_boost: float = 1.0,
     title_boost: float = 0.5,
+    expansion: Sequence[tuple[str, float]] = (),
 ) -> dict[str, Any]:
     """OpenSearch ``hybrid`` query: BM25 and kNN clauses, fused by a search pipeline.
 
@@ -186,6 +204,7 @@ def opensearch_hybrid_body(
                         filters=filters,
                         content_boost=content_boost,
                         title_boost=title_boost,
+                        expansion=expansion,
                     ),
                     opensearch_knn_query(
                         vector,
@@ -245,10 +264,15 @@ def msearch_pair(
     ``dfs_query_then_fetch`` (BM25 only: it is about term statistics) makes a multi-shard
     index score BM25 as one shard would.
     """
+    return [bm25_header(index, search_type), bm25, {"index": index}, knn]
+
+
+def bm25_header(index: str, search_type: str = "query_then_fetch") -> dict[str, Any]:
+    """The ``_msearch`` header of a BM25 search (kNN ones need no ``search_type``)."""
     header: dict[str, Any] = {"index": index}
     if search_type != "query_then_fetch":
         header["search_type"] = search_type
-    return [header, bm25, {"index": index}, knn]
+    return header
 
 
 def native_rrf_body(
@@ -263,6 +287,7 @@ def native_rrf_body(
     filters: Sequence[dict[str, Any]] = (),
     content_boost: float = 1.0,
     title_boost: float = 0.5,
+    expansion: Sequence[tuple[str, float]] = (),
     bm25_weight: float = 1.0,
     knn_weight: float = 1.0,
     explain: bool = True,
@@ -281,6 +306,7 @@ def native_rrf_body(
                 filters=filters,
                 content_boost=content_boost,
                 title_boost=title_boost,
+                expansion=expansion,
             )
         }
     }
@@ -345,6 +371,17 @@ def rows_body(
         "size": 1000,
         "_source": {"excludes": SOURCE_EXCLUDES},
         "sort": [{"doc_id": "asc"}, {"ordinal": "asc"}],
+    }
+
+
+def feedback_body(acl: dict[str, Any], ids: Sequence[str]) -> dict[str, Any]:
+    """The analysed terms of the top fused chunks, under the caller's ACL (they were hits of
+    this caller's search a moment ago; a row whose ACL changed since is simply not read)."""
+    return {
+        "query": {"bool": {"filter": [acl, {"ids": {"values": list(ids)}}]}},
+        "size": len(ids),
+        "_source": ["content_terms"],
+        "track_total_hits": False,
     }
 
 

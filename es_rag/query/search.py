@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from es_rag.acl import acl_filter, identity_policy, make_caller, normalize_caller
@@ -29,12 +29,12 @@ from es_rag.errors import (
 )
 from es_rag.generations import Generations
 from es_rag.parts import Parts
-from es_rag.query import build
+from es_rag.query import build, feedback
 from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clauses
 from es_rag.query.guard import check_body, check_msearch
 from es_rag.query.rerank import Reranker, build_reranker, rerank_hits
 from es_rag.query.strategies import NAMES, Query, Request, Strategy, resolve
-from es_rag.types import Caller, SearchResponse
+from es_rag.types import Caller, Hit, SearchResponse
 
 STRATEGIES = NAMES
 _RETRY_PAUSE_S = 0.5
@@ -200,6 +200,11 @@ class Searcher(Parts):
         hits = chosen.hits(responses, q)
         if chosen.fuses_here:
             timings["fuse"] = _ms(t0)
+        added: tuple[tuple[str, float], ...] = ()
+        if chosen.uses_terms and chosen.uses_vector and q.settings.feedback_chunks and hits:
+            t0 = time.perf_counter()  # fused strategies, client-side and native alike
+            hits, added = self._feedback(chosen, q, hits, responses)
+            timings["feedback"] = _ms(t0)
 
         reranked, rerank_note = False, None
         if do_rerank:
@@ -217,6 +222,7 @@ class Searcher(Parts):
             note=note,
             reranked=reranked if do_rerank else None,
             rerank_note=rerank_note,
+            expansion=added,
         )
 
     # --- stages --------------------------------------------------------------------------
@@ -268,6 +274,29 @@ class Searcher(Parts):
                 else None
             ),
         )
+
+    def _feedback(
+        self, strategy: Strategy, q: Query, first: list[Hit], responses: list[dict[str, Any]]
+    ) -> tuple[list[Hit], tuple[tuple[str, float], ...]]:
+        """The fused ranking again, with the question's BM25 side expanded by the terms of
+        the first ranking's top chunks (es_rag.query.feedback): one fetch of their terms
+        under the caller's ACL, then the BM25 search once more (with the kNN one where the
+        server fuses), fused with the first round's kNN list."""
+        s = q.settings
+        ids = [h.chunk_id for h in first[: s.feedback_chunks]]
+        (resp,) = self.send(Request(body=build.feedback_body(q.acl, ids)), q.acl)
+        found = {h["_id"]: h["_source"].get("content_terms") or "" for h in resp["hits"]["hits"]}
+        terms = feedback.expansion(
+            [found[i] for i in ids if i in found],
+            question=q.terms,
+            terms=s.feedback_terms,
+            weight=s.feedback_weight,
+        )
+        if not terms:
+            return first, ()
+        expanded = replace(q, expansion=terms)
+        request, join = strategy.again(expanded, self.engine, responses)
+        return strategy.hits(join(self.send(request, q.acl)), expanded), terms
 
     def _filter_clauses(
         self, filters: Sequence[FieldFilter | str], navigation: bool = False

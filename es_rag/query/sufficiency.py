@@ -173,11 +173,17 @@ class Calibration:
 
 def recipe_of(settings: Settings) -> str:
     """What decides which hits a question's best similarity is read from: the strategy
-    and fusion, and how many candidates each side and the context consider."""
-    return (
+    and fusion, how many candidates each side and the context consider, and feedback."""
+    recipe = (
         f"{settings.strategy}/{settings.fusion}/k={settings.context_candidates}"
         f"/window={settings.rank_window_size}/candidates={settings.num_candidates}"
     )
+    if settings.feedback_chunks:
+        recipe += (
+            f"/feedback={settings.feedback_chunks}:{settings.feedback_terms}"
+            f":{settings.feedback_weight:g}"
+        )
+    return recipe
 
 
 def _round(value: float | None) -> float | None:

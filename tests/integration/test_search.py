@@ -39,6 +39,16 @@ def indexed(
     drop_alias(engine, settings.index)
 
 
+def variant(searcher: Searcher, **update: object) -> Searcher:
+    """The same index and models under other settings."""
+    return Searcher(
+        searcher.settings.model_copy(update=update),
+        client=searcher.client,
+        embedder=searcher.embedder,
+        analyzer=searcher.analyzer,
+    )
+
+
 def ids(
     searcher: Searcher, query: str, strategy: str, *, k: int = 10, **caller: list[str]
 ) -> list[str]:
@@ -65,6 +75,7 @@ def test_hybrid_has_both_answers_in_top3(indexed: Searcher) -> None:
 
 def test_client_rrf_equals_fusion_of_the_single_retrievers(indexed: Searcher) -> None:
     """One _msearch fused in Python ranks exactly as fusing the two separate searches."""
+    indexed = variant(indexed, feedback_chunks=0)  # fusion alone, no second round
     who = make_caller(corpus.TENANT, users=["user:bob"])
     window = indexed.settings.rank_window_size
     query = "refund card payment error"
@@ -105,12 +116,7 @@ def test_auto_is_client_zscore_by_default(indexed: Searcher) -> None:
 
 def test_auto_with_rrf_falls_back_to_client_rrf_and_says_why(indexed: Searcher) -> None:
     who = make_caller(corpus.TENANT, users=["user:bob"])
-    rrf = Searcher(
-        indexed.settings.model_copy(update={"fusion": "rrf"}),
-        client=indexed.client,
-        embedder=indexed.embedder,
-        analyzer=indexed.analyzer,
-    )
+    rrf = variant(indexed, fusion="rrf")
     response = rrf.search("refund", caller=who, k=3, strategy="auto")
     info = indexed.cluster()
     if info.native_rrf:  # a full cluster with an Enterprise/trial license
@@ -204,9 +210,10 @@ def test_search_requires_tenant(indexed: Searcher) -> None:
 
 @pytest.mark.parametrize("method", ["linear", "zscore"])
 def test_score_fusion_equals_offline_fusion(indexed: Searcher, method: str) -> None:
-    """Score fusion (opt-in) fuses the same two searches exactly as the pure function does."""
+    """Score fusion fuses the same two searches exactly as the pure function does."""
     from es_rag.query import fusion
 
+    indexed = variant(indexed, feedback_chunks=0)  # fusion alone, no second round
     who = make_caller(corpus.TENANT, users=["user:bob"])
     window = indexed.settings.rank_window_size
     query = "refund card payment error"
@@ -223,10 +230,58 @@ def test_score_fusion_equals_offline_fusion(indexed: Searcher, method: str) -> N
     assert got.strategy == f"client-{method}"
     assert [h.chunk_id for h in got.hits] == [f.doc_id for f in expected[:5]]
     assert [h.score for h in got.hits] == pytest.approx([f.score for f in expected[:5]])
-    auto = Searcher(
-        indexed.settings.model_copy(update={"fusion": method}),
-        client=indexed.client,
-        embedder=indexed.embedder,
-        analyzer=indexed.analyzer,
-    )
+    auto = variant(indexed, fusion=method)
     assert auto.search(query, caller=who, k=5).strategy == f"client-{method}"
+
+
+# --- pseudo-relevance feedback --------------------------------------------------------------
+def test_feedback_lets_bm25_reach_words_the_question_did_not_use(indexed: Searcher) -> None:
+    """The expansion comes from the first ranking's top chunks, and a row that shares only
+    expansion terms with them gets a BM25 rank it has no chance of without feedback."""
+    who = make_caller(corpus.TENANT, users=["user:bob"])
+    query = "refund"
+    on = variant(indexed, feedback_chunks=3).search(
+        query, caller=who, k=10, strategy="client-zscore"
+    )
+    off = variant(indexed, feedback_chunks=0).search(
+        query, caller=who, k=10, strategy="client-zscore"
+    )
+    assert off.expansion == () and "feedback" not in off.timings_ms
+    assert on.expansion and "feedback" in on.timings_ms
+    assert on.to_dict()["expansion"][0]["term"] == on.expansion[0][0]
+    # content_terms holds the title path (context header) and the text
+    top = {
+        t for h in off.hits[:3] for t in indexed.analyzer.terms(" ".join([*h.title_path, h.text]))
+    }
+    assert {t for t, _ in on.expansion} <= top
+    assert max(b for _, b in on.expansion) == pytest.approx(indexed.settings.feedback_weight)
+    lexical_off = {h.doc_id for h in off.hits if h.ranks.get("bm25")}
+    lexical_on = {h.doc_id for h in on.hits if h.ranks.get("bm25")}
+    assert lexical_off <= {"refund-errors", "refund-timing"}  # only they say "refund"
+    assert lexical_on - lexical_off, "no row was reached through the expansion"
+    # only BM25 ran again: the first round's kNN list is fused as it was
+    knn_off = {h.chunk_id: h.ranks.get("knn") for h in off.hits}
+    assert all(knn_off[h.chunk_id] == h.ranks.get("knn") for h in on.hits if h.chunk_id in knn_off)
+
+
+def test_feedback_never_uses_words_of_rows_the_caller_cannot_read(indexed: Searcher) -> None:
+    """The finance canary's own words shape a finance reader's expansion, never an
+    outsider's: the outsider's feedback only reads rows that outsider just retrieved."""
+    fb = variant(indexed, feedback_chunks=3, feedback_terms=50)  # every term of the top 3
+    public = {
+        t
+        for title, text in corpus.PUBLIC_DOCS.values()
+        for t in indexed.analyzer.terms(f"{title} {text}")
+    }
+    secret = set(indexed.analyzer.terms(corpus.CANARY_FINANCE)) - public
+    # the parking row shares words with it, so the outsider's feedback has a chunk to read
+    query = corpus.CANARY_FINANCE + " parking garage"
+    reader = make_caller(corpus.TENANT, users=["user:carol"], groups=["group:finance"])
+    outsider = make_caller(corpus.TENANT, users=["user:bob"])
+    for strategy in ("client-rrf", "client-zscore"):
+        mine = fb.search(query, caller=reader, k=5, strategy=strategy)
+        theirs = fb.search(query, caller=outsider, k=5, strategy=strategy)
+        assert secret & {t for t, _ in mine.expansion}  # the check can fail
+        assert theirs.expansion, "the outsider's feedback did not run"
+        assert not secret & {t for t, _ in theirs.expansion}
+        assert "canary-finance" not in {h.doc_id for h in theirs.hits}

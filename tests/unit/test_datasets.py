@@ -100,6 +100,9 @@ def test_strategies_and_sweeps() -> None:
     assert "client-rrf[rc=10,w=2:1]" in names
     v = next(v for v in swept if v.name == "client-rrf[rc=60,w=2:1]")
     assert v.overrides == {"rank_constant": 60, "bm25_weight": 2.0, "knn_weight": 1.0}
+    fb = parse_strategies("bm25,client-zscore", feedbacks=[0, 3])
+    assert [v.name for v in fb] == ["bm25", "client-zscore[fb=0]", "client-zscore[fb=3]"]
+    assert fb[2].overrides == {"feedback_chunks": 3}
     with pytest.raises(ConfigurationError):
         parse_strategies("magic")
     with pytest.raises(ConfigurationError):

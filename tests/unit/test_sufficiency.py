@@ -68,7 +68,11 @@ def test_calibration_goes_stale_with_the_model_recipe_or_a_much_changed_index() 
     assert "1000 to 2500" in (cal.stale(model="a", rows=2500, recipe=recipe) or "")
     assert cal.stale(model="a", rows=400, recipe=recipe) is not None
     # Another fusion or candidate count returns other hits: the background is measured again.
-    for changed in (Settings(fusion="rrf"), Settings(context_candidates=20)):
+    for changed in (
+        Settings(fusion="rrf"),
+        Settings(context_candidates=20),
+        Settings(feedback_chunks=0 if Settings().feedback_chunks else 3),
+    ):
         other = suf.recipe_of(changed)
         assert other != recipe
         assert "recipe" in (cal.stale(model="a", rows=1000, recipe=other) or "")

@@ -10,7 +10,7 @@ builders are pure too.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,6 +35,8 @@ class Query:
     window: int  # each retriever's window for fusion (never below depth)
     settings: Settings
     highlight: dict[str, Any] | None = None
+    # Pseudo-relevance feedback's terms and boosts for BM25 (es_rag.query.feedback)
+    expansion: tuple[tuple[str, float], ...] = ()
 
     @property
     def num_candidates(self) -> int:
@@ -79,6 +81,14 @@ class Strategy(ABC):
     def hits(self, responses: list[dict[str, Any]], q: Query) -> list[Hit]:
         """The ranked hits, pure: no I/O. ``responses`` are in the order sent."""
 
+    def again(
+        self, q: Query, engine: Engine, first: list[dict[str, Any]]
+    ) -> tuple[Request, Callable[[list[dict[str, Any]]], list[dict[str, Any]]]]:
+        """The request for the expanded question of pseudo-relevance feedback, and how its
+        responses join the first round's into what ``hits`` reads. Only the BM25 side
+        changes; a strategy that runs the two sides apart resends that side alone."""
+        return self.bodies(q, engine), lambda responses: responses
+
 
 def bm25_body(q: Query, size: int) -> dict[str, Any]:
     """The BM25 search of ``q`` for ``size`` hits (with the highlight, when asked)."""
@@ -90,6 +100,7 @@ def bm25_body(q: Query, size: int) -> dict[str, Any]:
         filters=q.filters,
         content_boost=s.content_boost,
         title_boost=s.title_boost,
+        expansion=q.expansion,
     )
     return with_highlight(body, q)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from es_rag.query import build, hits
@@ -27,6 +28,15 @@ class ClientFusion(Strategy):
             s.index, bm25_body(q, q.window), with_highlight(knn, q), search_type=s.search_type
         )
         return Request(searches=searches)
+
+    def again(
+        self, q: Query, engine: Engine, first: list[dict[str, Any]]
+    ) -> tuple[Request, Callable[[list[dict[str, Any]]], list[dict[str, Any]]]]:
+        """The expanded BM25 search alone: the first round's kNN list is reused, since the
+        question's vector has not changed (the larger half of the search time saved)."""
+        header = build.bm25_header(q.settings.index, q.settings.search_type)
+        request = Request(searches=[header, bm25_body(q, q.window)])
+        return request, lambda responses: [*responses, *first[1:]]
 
     def hits(self, responses: list[dict[str, Any]], q: Query) -> list[Hit]:
         fused = hits.client_fused(

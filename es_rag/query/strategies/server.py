@@ -36,6 +36,7 @@ class NativeRRF(Strategy):
             knn_weight=s.knn_weight,
             content_boost=s.content_boost,
             title_boost=s.title_boost,
+            expansion=q.expansion,
         )
         return Request(body=with_highlight(body, q))
 
@@ -66,6 +67,7 @@ class OpenSearchHybrid(Strategy):
             filters=q.filters,
             content_boost=s.content_boost,
             title_boost=s.title_boost,
+            expansion=q.expansion,
         )
         weights = {"bm25_weight": s.bm25_weight, "knn_weight": s.knn_weight}
         name = build.opensearch_pipeline_name(
