@@ -191,6 +191,9 @@ class Searcher(Parts):
         started = time.perf_counter()
         timings: dict[str, float] = {}
         depth = max(k, s.rerank_window) if do_rerank else k
+        feedback_on = chosen.uses_terms and chosen.uses_vector and s.feedback_chunks > 0
+        if feedback_on:  # the feedback chunks are the top of the first ranking, whatever k
+            depth = max(depth, s.feedback_chunks)
         q = self._query(query, chosen, served, caller, clauses, depth, timings)
 
         t0 = time.perf_counter()
@@ -201,7 +204,7 @@ class Searcher(Parts):
         if chosen.fuses_here:
             timings["fuse"] = _ms(t0)
         added: tuple[tuple[str, float], ...] = ()
-        if chosen.uses_terms and chosen.uses_vector and q.settings.feedback_chunks and hits:
+        if feedback_on and hits:
             t0 = time.perf_counter()  # fused strategies, client-side and native alike
             hits, added = self._feedback(chosen, q, hits, responses)
             timings["feedback"] = _ms(t0)

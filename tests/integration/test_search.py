@@ -259,6 +259,11 @@ def test_feedback_lets_bm25_reach_words_the_question_did_not_use(indexed: Search
     lexical_on = {h.doc_id for h in on.hits if h.ranks.get("bm25")}
     assert lexical_off <= {"refund-errors", "refund-timing"}  # only they say "refund"
     assert lexical_on - lexical_off, "no row was reached through the expansion"
+    # the feedback chunks are the first ranking's top 3 however few hits were asked for
+    one = variant(indexed, feedback_chunks=3).search(
+        query, caller=who, k=1, strategy="client-zscore"
+    )
+    assert one.expansion == on.expansion and [h.chunk_id for h in one.hits] == [on.hits[0].chunk_id]
     # only BM25 ran again: the first round's kNN list is fused as it was
     knn_off = {h.chunk_id: h.ranks.get("knn") for h in off.hits}
     assert all(knn_off[h.chunk_id] == h.ranks.get("knn") for h in on.hits if h.chunk_id in knn_off)
