@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -279,3 +280,40 @@ def test_client_zscore_fuses_standardised_scores_and_floors_the_missing() -> Non
         weights={"bm25": 1, "knn": 1},
     )
     assert [h.scores["zscore"] for h in flat] == [0.0, 0.0]  # flat lists carry no evidence
+
+
+@pytest.mark.parametrize("flavor", ["elasticsearch", "opensearch"])
+@pytest.mark.parametrize(
+    "name", sorted(n for n, s in REGISTRY.items() if s.uses_terms and s.uses_vector)
+)
+def test_feedbacks_second_round_carries_the_expansion_under_the_acl(name: str, flavor: str) -> None:
+    """Client-side fusion resends the expanded BM25 search alone and fuses it with the
+    first round's kNN list; a server-side fusion sends everything again."""
+    q = Query(
+        text="refunds",
+        terms="refund",
+        vector=[0.1, 0.2],
+        acl=ACL,
+        filters=[],
+        depth=5,
+        window=50,
+        settings=Settings(search_type="dfs_query_then_fetch"),
+        expansion=(("card", 0.6), ("credit", 0.3)),
+    )
+    strategy = REGISTRY[name]
+    first = [{"first": "bm25"}, {"first": "knn"}]
+    request, join = strategy.again(q, Dialect(flavor).engine, first)  # type: ignore[arg-type]
+    text = json.dumps(request.searches or request.body)
+    assert '"value": "card", "boost": 0.6' in text and '"value": "credit"' in text
+    if request.searches is not None:
+        check_msearch(request.searches, ACL)
+    else:
+        assert request.body is not None
+        check_body(request.body, ACL)
+    if strategy.fuses_here:
+        assert request.searches is not None and len(request.searches) == 2  # BM25 only
+        assert request.searches[0]["search_type"] == "dfs_query_then_fetch"
+        assert join([{"again": "bm25"}]) == [{"again": "bm25"}, {"first": "knn"}]
+    else:
+        assert request == strategy.bodies(q, Dialect(flavor).engine)  # type: ignore[arg-type]
+        assert join([{"again": 1}]) == [{"again": 1}]
