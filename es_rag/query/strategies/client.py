@@ -33,7 +33,7 @@ class ClientFusion(Strategy):
         self, q: Query, engine: Engine, first: list[dict[str, Any]]
     ) -> tuple[Request, Callable[[list[dict[str, Any]]], list[dict[str, Any]]]]:
         """The expanded BM25 search alone: the first round's kNN list is reused, since the
-        question's vector has not changed (the larger half of the search time saved)."""
+        question's vector has not changed, so the kNN search is not repeated."""
         header = build.bm25_header(q.settings.index, q.settings.search_type)
         request = Request(searches=[header, bm25_body(q, q.window)])
         return request, lambda responses: [*responses, *first[1:]]
