@@ -274,11 +274,11 @@ class Settings(BaseSettings):
     )
     query_cache_size: int = Field(default=1024, description="LRU of query embeddings; 0 = off")
     feedback_chunks: int = Field(
-        default=0,
+        default=3,
         ge=0,
         description="pseudo-relevance feedback for the fused strategies: the BM25 question is "
-        "expanded with terms of the top N fused chunks, searched again and fused again with "
-        "the same kNN list; 0 = off (3 is the measured setting)",
+        "expanded with terms of the top N fused chunks (weighted by how far BM25 and kNN "
+        "agree on the top 10), searched again and fused again with the same kNN list; 0 = off",
     )
     feedback_terms: int = Field(default=10, ge=1, description="expansion terms (feedback)")
     feedback_weight: float = Field(

@@ -176,6 +176,14 @@ class Hit:
 _HIT_FIELDS = tuple(f.name for f in fields(Hit))
 
 
+@dataclass(frozen=True)
+class ExpansionTerm:
+    """A term pseudo-relevance feedback added to the BM25 side, and its boost."""
+
+    term: str
+    boost: float
+
+
 @dataclass
 class SearchResponse:
     strategy: str
@@ -185,7 +193,7 @@ class SearchResponse:
     reranked: bool | None = None  # None: no rerank asked; False: asked but fused order kept
     rerank_note: str | None = None  # why not reranked
     # Terms pseudo-relevance feedback added to the BM25 side, with their boosts
-    expansion: tuple[tuple[str, float], ...] = ()
+    expansion: tuple[ExpansionTerm, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -200,7 +208,9 @@ class SearchResponse:
             if self.rerank_note:
                 out["rerank_note"] = self.rerank_note
         if self.expansion:
-            out["expansion"] = [{"term": t, "boost": round(b, 4)} for t, b in self.expansion]
+            out["expansion"] = [
+                {"term": e.term, "boost": round(e.boost, 4)} for e in self.expansion
+            ]
         return out
 
 

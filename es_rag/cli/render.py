@@ -34,7 +34,7 @@ def search_text(response: SearchResponse, *, explain: bool = False) -> str:
         lines.append(f"not reranked: {response.rerank_note}")
     if explain:
         if response.expansion:
-            added = " ".join(f"{t}^{b:.2f}" for t, b in response.expansion)
+            added = " ".join(f"{e.term}^{e.boost:.2f}" for e in response.expansion)
             lines.append(f"feedback added to BM25: {added}")
         lines.append(explain_table(response.hits))
     for n, hit in enumerate(response.hits, start=1):

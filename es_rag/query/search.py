@@ -34,7 +34,7 @@ from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clau
 from es_rag.query.guard import check_body, check_msearch
 from es_rag.query.rerank import Reranker, build_reranker, rerank_hits
 from es_rag.query.strategies import NAMES, Query, Request, Strategy, resolve
-from es_rag.types import Caller, Hit, SearchResponse
+from es_rag.types import Caller, ExpansionTerm, Hit, SearchResponse
 
 STRATEGIES = NAMES
 _RETRY_PAUSE_S = 0.5
@@ -192,8 +192,8 @@ class Searcher(Parts):
         timings: dict[str, float] = {}
         depth = max(k, s.rerank_window) if do_rerank else k
         feedback_on = chosen.uses_terms and chosen.uses_vector and s.feedback_chunks > 0
-        if feedback_on:  # the feedback chunks are the top of the first ranking, whatever k
-            depth = max(depth, s.feedback_chunks)
+        if feedback_on:  # the feedback chunks and the agreement: the top of the first ranking
+            depth = max(depth, s.feedback_chunks, feedback.AGREEMENT_TOP)
         q = self._query(query, chosen, served, caller, clauses, depth, timings)
 
         t0 = time.perf_counter()
@@ -225,7 +225,7 @@ class Searcher(Parts):
             note=note,
             reranked=reranked if do_rerank else None,
             rerank_note=rerank_note,
-            expansion=added,
+            expansion=tuple(ExpansionTerm(t, b) for t, b in added),
         )
 
     # --- stages --------------------------------------------------------------------------
@@ -286,6 +286,10 @@ class Searcher(Parts):
         under the caller's ACL, then the BM25 search once more (with the kNN one where the
         server fuses), fused with the first round's kNN list."""
         s = q.settings
+        agreed = feedback.agreement([h.ranks for h in first])
+        weight = s.feedback_weight * (1.0 if agreed is None else agreed)
+        if weight <= 0:  # the retrievers share nothing at the top: no words worth adding
+            return first, ()
         ids = [h.chunk_id for h in first[: s.feedback_chunks]]
         (resp,) = self.send(Request(body=build.feedback_body(q.acl, ids)), q.acl)
         found = {h["_id"]: h["_source"].get("content_terms") or "" for h in resp["hits"]["hits"]}
@@ -293,7 +297,7 @@ class Searcher(Parts):
             [found[i] for i in ids if i in found],
             question=q.terms,
             terms=s.feedback_terms,
-            weight=s.feedback_weight,
+            weight=weight,
         )
         if not terms:
             return first, ()

@@ -10,6 +10,7 @@ from es_rag.acl import make_caller
 from es_rag.config import Settings
 from es_rag.errors import ConfigurationError, StrategyUnavailableError
 from es_rag.pipeline import Ingestor
+from es_rag.query.feedback import agreement
 from es_rag.query.fusion import rrf
 from es_rag.query.search import Searcher
 from tests.integration import corpus
@@ -248,13 +249,17 @@ def test_feedback_lets_bm25_reach_words_the_question_did_not_use(indexed: Search
     )
     assert off.expansion == () and "feedback" not in off.timings_ms
     assert on.expansion and "feedback" in on.timings_ms
-    assert on.to_dict()["expansion"][0]["term"] == on.expansion[0][0]
+    assert on.to_dict()["expansion"][0]["term"] == on.expansion[0].term
     # content_terms holds the title path (context header) and the text
     top = {
         t for h in off.hits[:3] for t in indexed.analyzer.terms(" ".join([*h.title_path, h.text]))
     }
-    assert {t for t, _ in on.expansion} <= top
-    assert max(b for _, b in on.expansion) == pytest.approx(indexed.settings.feedback_weight)
+    assert {e.term for e in on.expansion} <= top
+    # the strongest term's boost is the weight, scaled by how far the retrievers agree
+    agreed = agreement([h.ranks for h in off.hits])
+    assert agreed is not None and 0 < agreed <= 1
+    strongest = max(e.boost for e in on.expansion)
+    assert strongest == pytest.approx(indexed.settings.feedback_weight * agreed, abs=1e-4)
     lexical_off = {h.doc_id for h in off.hits if h.ranks.get("bm25")}
     lexical_on = {h.doc_id for h in on.hits if h.ranks.get("bm25")}
     assert lexical_off <= {"refund-errors", "refund-timing"}  # only they say "refund"
@@ -286,7 +291,7 @@ def test_feedback_never_uses_words_of_rows_the_caller_cannot_read(indexed: Searc
     for strategy in ("client-rrf", "client-zscore"):
         mine = fb.search(query, caller=reader, k=5, strategy=strategy)
         theirs = fb.search(query, caller=outsider, k=5, strategy=strategy)
-        assert secret & {t for t, _ in mine.expansion}  # the check can fail
+        assert secret & {e.term for e in mine.expansion}  # the check can fail
         assert theirs.expansion, "the outsider's feedback did not run"
-        assert not secret & {t for t, _ in theirs.expansion}
+        assert not secret & {e.term for e in theirs.expansion}
         assert "canary-finance" not in {h.doc_id for h in theirs.hits}

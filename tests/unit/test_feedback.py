@@ -6,7 +6,7 @@ import pytest
 
 from es_rag.acl import acl_filter, make_caller
 from es_rag.query import build
-from es_rag.query.feedback import expansion
+from es_rag.query.feedback import agreement, expansion
 from es_rag.query.guard import check_body
 
 pytestmark = pytest.mark.unit
@@ -59,6 +59,28 @@ def test_nothing_to_add() -> None:
     assert expansion([], question="a", terms=5, weight=1.0) == ()
     assert expansion([""], question="a", terms=5, weight=1.0) == ()
     assert expansion(["a b"], question="a", terms=5, weight=0.0) == ()
+
+
+def _r(bm25: int | None, knn: int | None) -> dict[str, int | None]:
+    return {"bm25": bm25, "knn": knn}
+
+
+def test_agreement_is_the_share_of_the_fused_top_both_retrievers_ranked_in_their_top() -> None:
+    fused = [_r(1, 3), _r(2, None), _r(None, 1), _r(4, 11), _r(10, 10)]
+    fused += [_r(None, i) for i in range(2, 7)] + [_r(2, 2)]  # the 11th is past the top 10
+    # in both top 10s among the first 10: (1, 3) and (10, 10); (4, 11) misses kNN's top 10
+    assert agreement(fused) == pytest.approx(0.2)
+    assert agreement(fused, top=3) == pytest.approx(1 / 3)  # only (1, 3) is in both top 3s
+
+
+def test_agreement_over_fewer_hits_than_the_top_counts_what_was_found() -> None:
+    assert agreement([_r(1, 1), _r(2, 2)]) == pytest.approx(1.0)
+    assert agreement([_r(1, None), _r(None, 1)]) == 0.0
+
+
+def test_agreement_is_unknown_without_ranks() -> None:
+    assert agreement([_r(None, None)] * 3) is None
+    assert agreement([]) is None
 
 
 def test_expanded_bm25_keeps_the_acl_around_every_clause() -> None:
