@@ -101,27 +101,6 @@ def hits_body(size: int, **retrieval: Any) -> dict[str, Any]:
     }
 
 
-def bm25_body(
-    query_terms: str,
-    *,
-    acl: dict[str, Any],
-    size: int,
-    filters: Sequence[dict[str, Any]] = (),
-    content_boost: float = 1.0,
-    title_boost: float = 0.5,
-    expansion: Sequence[tuple[str, float]] = (),
-) -> dict[str, Any]:
-    query = bm25_query(
-        query_terms,
-        acl=acl,
-        filters=filters,
-        content_boost=content_boost,
-        title_boost=title_boost,
-        expansion=expansion,
-    )
-    return hits_body(size, query=query)
-
-
 def knn_body(
     vector: Sequence[float],
     *,
@@ -176,7 +155,7 @@ def opensearch_knn_body(
 
 
 def opensearch_hybrid_body(
-    query_terms: str,
+    bm25: dict[str, Any],
     vector: Sequence[float],
     *,
     acl: dict[str, Any],
@@ -184,11 +163,9 @@ def opensearch_hybrid_body(
     rank_window_size: int,
     num_candidates: int,
     filters: Sequence[dict[str, Any]] = (),
-    content_boost: float = 1.0,
-    title_boost: float = 0.5,
-    expansion: Sequence[tuple[str, float]] = (),
 ) -> dict[str, Any]:
-    """OpenSearch ``hybrid`` query: BM25 and kNN clauses, fused by a search pipeline.
+    """OpenSearch ``hybrid`` query: BM25 (``bm25``, a :func:`bm25_query`) and kNN clauses,
+    fused by a search pipeline.
 
     Each clause carries the ACL itself (the hybrid query's own ``filter`` is newer than
     2.19 and would not reach inside the kNN graph walk). ``pagination_depth`` is each
@@ -198,14 +175,7 @@ def opensearch_hybrid_body(
         "query": {
             "hybrid": {
                 "queries": [
-                    bm25_query(
-                        query_terms,
-                        acl=acl,
-                        filters=filters,
-                        content_boost=content_boost,
-                        title_boost=title_boost,
-                        expansion=expansion,
-                    ),
+                    bm25,
                     opensearch_knn_query(
                         vector,
                         acl=acl,
@@ -276,7 +246,7 @@ def bm25_header(index: str, search_type: str = "query_then_fetch") -> dict[str, 
 
 
 def native_rrf_body(
-    query_terms: str,
+    bm25: dict[str, Any],
     vector: Sequence[float],
     *,
     acl: dict[str, Any],
@@ -285,31 +255,18 @@ def native_rrf_body(
     rank_constant: int,
     num_candidates: int,
     filters: Sequence[dict[str, Any]] = (),
-    content_boost: float = 1.0,
-    title_boost: float = 0.5,
-    expansion: Sequence[tuple[str, float]] = (),
     bm25_weight: float = 1.0,
     knn_weight: float = 1.0,
     explain: bool = True,
 ) -> dict[str, Any]:
-    """``retriever.rrf`` over a ``standard`` (BM25) and a ``knn`` retriever.
+    """``retriever.rrf`` over a ``standard`` retriever of ``bm25`` (a :func:`bm25_query`)
+    and a ``knn`` retriever.
 
     Equal weights use the plain list form that every RRF-capable release accepts; other
     weights use the weighted form (``{"retriever": …, "weight": w}``, Elasticsearch 9.2+).
     ``explain`` makes the server report each hit's rank in each retriever.
     """
-    standard = {
-        "standard": {
-            "query": bm25_query(
-                query_terms,
-                acl=acl,
-                filters=filters,
-                content_boost=content_boost,
-                title_boost=title_boost,
-                expansion=expansion,
-            )
-        }
-    }
+    standard = {"standard": {"query": bm25}}
     knn = {
         "knn": knn_clause(
             vector, acl=acl, k=rank_window_size, num_candidates=num_candidates, filters=filters

@@ -24,6 +24,11 @@ ACL = acl_filter(CALLER)
 VECTOR = [0.5, -0.25, 0.125]
 
 
+def bm25_body(query_terms: str, *, size: int) -> dict[str, Any]:
+    """What the BM25 strategy sends for ``query_terms``."""
+    return build.hits_body(size, query=build.bm25_query(query_terms, acl=ACL))
+
+
 def _check(name: str, body: Any) -> None:
     path = FIXTURES / f"{name}.json"
     if os.environ.get("ES_RAG_UPDATE_FIXTURES"):
@@ -53,7 +58,7 @@ def test_acl_clause_without_principals_sees_public_only() -> None:
 
 
 def test_bm25_body() -> None:
-    _check("bm25", build.bm25_body("refund err_refund_1042", acl=ACL, size=10))
+    _check("bm25", bm25_body("refund err_refund_1042", size=10))
 
 
 def test_knn_body() -> None:
@@ -61,14 +66,14 @@ def test_knn_body() -> None:
 
 
 def test_msearch_pair() -> None:
-    bm25 = build.bm25_body("refund", acl=ACL, size=50)
+    bm25 = bm25_body("refund", size=50)
     knn = build.knn_body(VECTOR, acl=ACL, size=50, num_candidates=100)
     _check("msearch", build.msearch_pair("es-rag", bm25, knn))
 
 
 def test_native_rrf_body() -> None:
     body = build.native_rrf_body(
-        "refund",
+        build.bm25_query("refund", acl=ACL),
         VECTOR,
         acl=ACL,
         size=10,
@@ -81,7 +86,7 @@ def test_native_rrf_body() -> None:
 
 def test_native_rrf_weighted_body() -> None:
     body = build.native_rrf_body(
-        "refund",
+        build.bm25_query("refund", acl=ACL),
         VECTOR,
         acl=ACL,
         size=10,
@@ -106,10 +111,16 @@ def _acl_everywhere(body: Any) -> int:
 
 
 def test_every_retriever_carries_the_acl() -> None:
-    assert _acl_everywhere(build.bm25_body("x", acl=ACL, size=5)) == 1
+    assert _acl_everywhere(bm25_body("x", size=5)) == 1
     assert _acl_everywhere(build.knn_body(VECTOR, acl=ACL, size=5, num_candidates=10)) == 1
     native = build.native_rrf_body(
-        "x", VECTOR, acl=ACL, size=5, rank_window_size=5, rank_constant=60, num_candidates=10
+        build.bm25_query("x", acl=ACL),
+        VECTOR,
+        acl=ACL,
+        size=5,
+        rank_window_size=5,
+        rank_constant=60,
+        num_candidates=10,
     )
     assert _acl_everywhere(native) == 2
     rrf = native["retriever"]["rrf"]["retrievers"]
@@ -125,7 +136,13 @@ def test_knn_candidates_never_below_k() -> None:
 
 def test_native_size_capped_by_window() -> None:
     body = build.native_rrf_body(
-        "x", VECTOR, acl=ACL, size=80, rank_window_size=50, rank_constant=60, num_candidates=100
+        build.bm25_query("x", acl=ACL),
+        VECTOR,
+        acl=ACL,
+        size=80,
+        rank_window_size=50,
+        rank_constant=60,
+        num_candidates=100,
     )
     assert body["size"] == 50
 

@@ -97,16 +97,15 @@ def test_expanded_bm25_keeps_the_acl_around_every_clause() -> None:
     assert b["filter"] == plain["bool"]["filter"]
     check_body({"query": q, "size": 5}, ACL)
     for body in (
-        build.bm25_body("x", acl=ACL, size=5, expansion=[("y", 1.0)]),
+        build.hits_body(5, query=build.bm25_query("x", acl=ACL, expansion=[("y", 1.0)])),
         build.native_rrf_body(
-            "x",
+            build.bm25_query("x", acl=ACL, expansion=[("y", 1.0)]),
             [0.1, 0.2],
             acl=ACL,
             size=5,
             rank_window_size=5,
             rank_constant=60,
             num_candidates=10,
-            expansion=[("y", 1.0)],
         ),
     ):
         check_body(body, ACL)

@@ -21,13 +21,19 @@ VEC = [0.1, 0.2]
 
 def bodies() -> dict[str, dict[str, Any]]:
     return {
-        "bm25": build.bm25_body("x", acl=ACL, size=5),
+        "bm25": build.hits_body(5, query=build.bm25_query("x", acl=ACL)),
         "knn": build.knn_body(VEC, acl=ACL, size=5, num_candidates=10),
         "native": build.native_rrf_body(
-            "x", VEC, acl=ACL, size=5, rank_window_size=5, rank_constant=60, num_candidates=10
+            build.bm25_query("x", acl=ACL),
+            VEC,
+            acl=ACL,
+            size=5,
+            rank_window_size=5,
+            rank_constant=60,
+            num_candidates=10,
         ),
         "native_weighted": build.native_rrf_body(
-            "x",
+            build.bm25_query("x", acl=ACL),
             VEC,
             acl=ACL,
             size=5,

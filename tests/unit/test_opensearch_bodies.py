@@ -79,7 +79,12 @@ def test_ef_search_is_never_below_k() -> None:
 
 def test_hybrid_query_is_the_documented_shape_with_acl_in_every_clause() -> None:
     ours = build.opensearch_hybrid_body(
-        "refund polici", VECTOR, acl=ACL, size=10, rank_window_size=50, num_candidates=100
+        build.bm25_query("refund polici", acl=ACL),
+        VECTOR,
+        acl=ACL,
+        size=10,
+        rank_window_size=50,
+        num_candidates=100,
     )
     documented = doc("hybrid-query")
     assert set(ours["query"]["hybrid"]) == set(documented["query"]["hybrid"])

@@ -90,19 +90,22 @@ class Strategy(ABC):
         return self.bodies(q, engine), lambda responses: responses
 
 
-def bm25_body(q: Query, size: int) -> dict[str, Any]:
-    """The BM25 search of ``q`` for ``size`` hits (with the highlight, when asked)."""
+def bm25_query(q: Query) -> dict[str, Any]:
+    """The BM25 query of ``q``, as every strategy that runs BM25 sends it."""
     s = q.settings
-    body = build.bm25_body(
+    return build.bm25_query(
         q.terms,
         acl=q.acl,
-        size=size,
         filters=q.filters,
         content_boost=s.content_boost,
         title_boost=s.title_boost,
         expansion=q.expansion,
     )
-    return with_highlight(body, q)
+
+
+def bm25_body(q: Query, size: int) -> dict[str, Any]:
+    """The BM25 search of ``q`` for ``size`` hits (with the highlight, when asked)."""
+    return with_highlight(build.hits_body(size, query=bm25_query(q)), q)
 
 
 def with_highlight(body: dict[str, Any], q: Query) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from es_rag.query import build, hits
-from es_rag.query.strategies.base import Query, Request, Strategy, with_highlight
+from es_rag.query.strategies.base import Query, Request, Strategy, bm25_query, with_highlight
 from es_rag.types import Hit
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class NativeRRF(Strategy):
     def bodies(self, q: Query, engine: Engine) -> Request:
         s = q.settings
         body = build.native_rrf_body(
-            q.terms,
+            bm25_query(q),
             q.vector,
             acl=q.acl,
             size=q.depth,
@@ -34,9 +34,6 @@ class NativeRRF(Strategy):
             filters=q.filters,
             bm25_weight=s.bm25_weight,
             knn_weight=s.knn_weight,
-            content_boost=s.content_boost,
-            title_boost=s.title_boost,
-            expansion=q.expansion,
         )
         return Request(body=with_highlight(body, q))
 
@@ -58,16 +55,13 @@ class OpenSearchHybrid(Strategy):
     def bodies(self, q: Query, engine: Engine) -> Request:
         s = q.settings
         body = build.opensearch_hybrid_body(
-            q.terms,
+            bm25_query(q),
             q.vector,
             acl=q.acl,
             size=q.depth,
             rank_window_size=q.window,
             num_candidates=q.num_candidates,
             filters=q.filters,
-            content_boost=s.content_boost,
-            title_boost=s.title_boost,
-            expansion=q.expansion,
         )
         weights = {"bm25_weight": s.bm25_weight, "knn_weight": s.knn_weight}
         name = build.opensearch_pipeline_name(
