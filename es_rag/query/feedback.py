@@ -6,8 +6,9 @@ After the first fused ranking, the analysed terms of its top few chunks are pool
 chunk's term frequencies divided by its length, so a long chunk does not outvote the
 others: the relevance model of Lavrenko & Croft, SIGIR 2001, with the chunks weighted
 equally), the strongest become extra ``term`` clauses of the BM25 search with boosts up
-to ``weight``, and both retrievers run again and are fused again. BM25's own idf then
-weighs each expansion term, so a term common to the whole collection adds little.
+to ``weight``, and the search is fused again (client-side fusion reruns only BM25; a
+server that fuses reruns both). BM25's own idf then weighs each expansion term, so a term
+common to the whole collection adds little.
 
 How much the expansion counts depends on how far the two retrievers agree
 (:func:`agreement`): the top of a fused ranking that only one retriever stands behind is
