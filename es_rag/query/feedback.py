@@ -59,8 +59,8 @@ def agreement(
 ) -> float | None:
     """The share of the fused top ``top`` (fewer where fewer were found) that every
     retriever also ranked in its own top ``top`` (``ranks``: each fused hit's rank per
-    retriever, best first); ``None`` when
-    the hits carry no per-retriever ranks (OpenSearch's hybrid query reports none).
+    retriever, best first); ``None`` when the hits carry no per-retriever ranks
+    (OpenSearch's hybrid query reports none).
 
     Measured on six dev collections, scaling the expansion's weight by this share kept
     feedback's gains where BM25 and kNN are both reasonable and removed its losses where
