@@ -331,6 +331,31 @@ def rows_body(
     }
 
 
+def ids_only(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` returning each hit's id and score only: no row, no highlight."""
+    return {**{k: v for k, v in body.items() if k != "highlight"}, "_source": False}
+
+
+def hits_rows_body(
+    acl: dict[str, Any],
+    filters: Sequence[dict[str, Any]],
+    ids: Sequence[str],
+    highlight: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The rows of the hits a search keeps, under the caller's ACL and filters, highlighted
+    as the search would have highlighted them (the highlight carries its own query): a
+    row whose ACL changed since the search is not read."""
+    body: dict[str, Any] = {
+        "query": {"bool": {"filter": [acl, *filters, {"ids": {"values": list(ids)}}]}},
+        "size": len(ids),
+        "_source": {"excludes": SOURCE_EXCLUDES},
+        "track_total_hits": False,
+    }
+    if highlight:
+        body["highlight"] = highlight
+    return body
+
+
 def feedback_body(acl: dict[str, Any], ids: Sequence[str]) -> dict[str, Any]:
     """The analysed terms of the top fused chunks, under the caller's ACL (they were hits of
     this caller's search a moment ago; a row whose ACL changed since is simply not read)."""

@@ -47,6 +47,20 @@ def to_hit(
     )
 
 
+def with_rows(hits: Sequence[Hit], rows: Sequence[Mapping[str, Any]]) -> list[Hit]:
+    """``hits`` (ranked from ids and scores alone) with their citation fields and highlights
+    from ``rows``, the raw hits of a fetch by id; a hit without its row is left out."""
+    by_id = {row["_id"]: row for row in rows}
+    out = []
+    for hit in hits:
+        row = by_id.get(hit.chunk_id)
+        if row is not None:
+            full = to_hit(row, score=hit.score, ranks=hit.ranks, scores=hit.scores)
+            full.explain = hit.explain
+            out.append(full)
+    return out
+
+
 def explain(
     ranks: Mapping[str, int | None],
     scores: Mapping[str, float | None],

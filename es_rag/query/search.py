@@ -32,6 +32,7 @@ from es_rag.parts import Parts
 from es_rag.query import build, feedback
 from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clauses
 from es_rag.query.guard import check_body, check_msearch
+from es_rag.query.hits import with_rows
 from es_rag.query.rerank import Reranker, build_reranker, rerank_hits
 from es_rag.query.strategies import NAMES, Query, Request, Strategy, resolve
 from es_rag.types import Caller, ExpansionTerm, Hit, SearchResponse
@@ -208,6 +209,10 @@ class Searcher(Parts):
             t0 = time.perf_counter()  # fused strategies, client-side and native alike
             hits, added = self._feedback(chosen, q, hits, responses)
             timings["feedback"] = _ms(t0)
+        if chosen.fetches_rows and hits:
+            t0 = time.perf_counter()
+            hits = self._rows(q, hits[: depth if do_rerank else k])
+            timings["fetch"] = _ms(t0)
 
         reranked, rerank_note = False, None
         if do_rerank:
@@ -304,6 +309,13 @@ class Searcher(Parts):
         expanded = replace(q, expansion=terms)
         request, join = strategy.again(expanded, self.engine, responses)
         return strategy.hits(join(self.send(request, q.acl)), expanded), terms
+
+    def _rows(self, q: Query, hits: list[Hit]) -> list[Hit]:
+        """The kept hits with their rows and highlights, read by id under the caller's ACL
+        and filters (the strategy ranked them from ids and scores alone)."""
+        body = build.hits_rows_body(q.acl, q.filters, [h.chunk_id for h in hits], q.highlight)
+        (resp,) = self.send(Request(body=body), q.acl)
+        return with_rows(hits, resp["hits"]["hits"])
 
     def _filter_clauses(
         self, filters: Sequence[FieldFilter | str], navigation: bool = False

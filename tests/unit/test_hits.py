@@ -11,7 +11,7 @@ from es_rag.acl import acl_filter, make_caller
 from es_rag.config import Settings
 from es_rag.engine.base import ClusterInfo
 from es_rag.errors import ConfigurationError, StrategyUnavailableError
-from es_rag.query import hits
+from es_rag.query import build, hits
 from es_rag.query.guard import check_body, check_msearch
 from es_rag.query.strategies import NAMES, REGISTRY, Query, resolve
 
@@ -210,7 +210,11 @@ def test_every_strategys_bodies_pass_the_guard(name: str, flavor: str) -> None:
     if request.searches is not None:
         check_msearch(request.searches, ACL)
         assert request.searches[0]["search_type"] == "dfs_query_then_fetch"
-        assert all("highlight" in b for b in request.searches[1::2])
+        if REGISTRY[name].fetches_rows:  # ids and scores only; the kept rows come after
+            bodies = request.searches[1::2]
+            assert all(b["_source"] is False and "highlight" not in b for b in bodies)
+        else:
+            assert all("highlight" in b for b in request.searches[1::2])
     else:
         assert request.body is not None
         check_body(request.body, ACL)
@@ -317,3 +321,34 @@ def test_feedbacks_second_round_carries_the_expansion_under_the_acl(name: str, f
     else:
         assert request == strategy.bodies(q, Dialect(flavor).engine)  # type: ignore[arg-type]
         assert join([{"again": 1}]) == [{"again": 1}]
+
+
+def test_fused_hits_take_their_rows_from_the_fetch_and_drop_an_unreadable_one() -> None:
+    """Client-side fusion ranks ids and scores; the rows of the kept hits come from one
+    fetch by id under the ACL, and a hit whose row did not come back (its ACL changed
+    between the two requests) is not returned."""
+    bare = response({"_id": "a", "_score": 3.0}, {"_id": "b", "_score": 2.0})
+    knn = response({"_id": "b", "_score": 0.9}, {"_id": "c", "_score": 0.8})
+    fused = hits.client_fused(
+        [bare, knn], method="rrf", window=10, rank_constant=60, weights={"bm25": 1, "knn": 1}
+    )
+    assert [h.chunk_id for h in fused] == ["b", "a", "c"] and fused[0].text == ""
+    rows = [
+        {**raw("c", 1.0, doc_id="d3", content="gamma"), "highlight": {"content": ["<em>g</em>"]}},
+        raw("b", 1.0, doc_id="d2", content="beta", title_path=["B"]),
+    ]
+    out = hits.with_rows(fused, rows)
+    assert [(h.chunk_id, h.doc_id, h.text) for h in out] == [
+        ("b", "d2", "beta"),
+        ("c", "d3", "gamma"),
+    ]
+    assert out[0].title_path == ["B"] and out[1].highlights == ["<em>g</em>"]
+    assert [h.score for h in out] == [fused[0].score, fused[2].score]
+    assert out[0].ranks == {"bm25": 2, "knn": 1} and out[0].explain == fused[0].explain
+
+    body = build.hits_rows_body(ACL, [{"term": {"metadata.product": "pay"}}], ["b", "c"], None)
+    check_body(body, ACL)
+    assert body["size"] == 2 and "highlight" not in body
+    assert {"ids": {"values": ["b", "c"]}} in body["query"]["bool"]["filter"]
+    lit = build.hits_rows_body(ACL, [], ["b"], build.highlight("gamma"))
+    assert lit["highlight"]["highlight_query"] == {"match": {"content": {"query": "gamma"}}}

@@ -68,6 +68,8 @@ class Strategy(ABC):
     uses_vector: ClassVar[bool] = True  # needs the question's embedding
     fuses_here: ClassVar[bool] = False  # fusion runs in hits(): timed apart ("fuse")
     needs_cluster: ClassVar[bool] = False  # runs only where the probe says it can
+    # Its searches return ids and scores only: the Searcher fetches the rows it keeps.
+    fetches_rows: ClassVar[bool] = False
 
     def available(self, cluster: ClusterInfo) -> tuple[bool, str]:
         """(whether this cluster can run it, why not)."""
