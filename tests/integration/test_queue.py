@@ -140,6 +140,9 @@ def big_document(path: Path, paragraphs: int = 120) -> Path:
     return path
 
 
+@pytest.mark.one_engine(
+    "the queue's path and a poison file; test_serve queues documents to a worker on every engine"
+)
 def test_a_folder_through_the_queue_with_a_poison_document(
     env: dict[str, str], workers: Callable[[dict[str, str]], Worker], tmp_path: Path
 ) -> None:
@@ -198,6 +201,10 @@ def test_a_folder_through_the_queue_with_a_poison_document(
     assert still["status"] == "failed" and "damaged PDF" in still["error"]
 
 
+@pytest.mark.one_engine(
+    "a killed worker's message coming back (Celery acks, es-rag's fence); the writes are the"
+    " bulk requests the ingest tests check on every engine"
+)
 def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
     env: dict[str, str],
     workers: Callable[[dict[str, str]], Worker],
@@ -248,6 +255,10 @@ def test_kill_9_mid_document_then_a_new_worker_indexes_it_exactly_once(
     assert got == want
 
 
+@pytest.mark.one_engine(
+    "a killed worker's batch coming back (Celery acks, es-rag's fence); the writes are the"
+    " bulk requests the ingest tests check on every engine"
+)
 def test_kill_9_mid_batch_loses_nothing_and_duplicates_nothing(
     env: dict[str, str],
     workers: Callable[[dict[str, str]], Worker],
@@ -429,6 +440,7 @@ def ends_whole(
     return rows
 
 
+@pytest.mark.one_engine("a Redis restart under the workers")
 def test_redis_restart_mid_run_loses_nothing(
     env: dict[str, str],
     workers: Callable[[dict[str, str]], Worker],
