@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from es_rag.query import build, hits
-from es_rag.query.strategies.base import Query, Request, Strategy, bm25_query
+from es_rag.query.strategies.base import Query, Request, Strategy, bm25_body
 from es_rag.types import Hit
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class ClientFusion(Strategy):
 
 
 def _bm25(q: Query) -> dict[str, Any]:
-    return build.ids_only(build.hits_body(q.window, query=bm25_query(q)))
+    return build.ids_only(bm25_body(q, q.window))
 
 
 class ClientRRF(ClientFusion):
