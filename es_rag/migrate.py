@@ -316,12 +316,12 @@ class Migrator:
         sources = [row for k in todo for row in rows.get(k, [])]
         if sources:
             texts = copier.retarget.texts([src for _, src in sources])
-            vectors: list[list[float]] = []
+            vectors: list[Any] = []
             if texts:
                 embedded = copier.embedder.embed(texts, kind="passage")
                 if embedded.shape[1] != copier.dims:
                     raise DimensionMismatchError(expected=copier.dims, got=int(embedded.shape[1]))
-                vectors = embedded.tolist()
+                vectors = list(embedded)  # numpy rows: the client serialises them as they are
             actions = copier.retarget.actions(sources, vectors)
             outcome = copier.index.bulk(actions, chunk_size=self.settings.bulk_chunk_size)
             copier.index.raise_on_failures(outcome, f"copying into {copier.index.alias}")

@@ -507,7 +507,8 @@ class Ingestor(Parts):
             return exc
         start = 0
         for p in plans:
-            part = vectors[start : start + len(p.children)].tolist()
+            # numpy rows, not lists: the client's serializer writes them as they are
+            part = list(vectors[start : start + len(p.children)])
             start += len(p.children)
             p.rows = list(
                 self.row_maker.rows(p.doc, p.title, p.chunks, part, p.doc_hash, p.version)
@@ -532,7 +533,7 @@ class Ingestor(Parts):
                 for p in plans:
                     p.error = exc
                 return
-            rows = list(target.retarget.actions(sources, vectors.tolist()))
+            rows = list(target.retarget.actions(sources, list(vectors)))
         owner = {cid: p for p in plans for cid in p.new_ids}
         outcome = target.index.bulk(
             rows,

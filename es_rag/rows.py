@@ -106,11 +106,12 @@ class RowMaker:
         doc: Document,
         title: str,
         chunks: Sequence[Chunk],
-        vectors: list[list[float]],
+        vectors: Sequence[Any],
         doc_hash: str,
         version: str,
     ) -> Iterator[dict[str, Any]]:
-        """Index actions for every chunk; children get the vectors (in order) and terms."""
+        """Index actions for every chunk; children get the vectors (in order: lists of
+        floats or numpy rows, which the client serialises as they are) and terms."""
         s = self.settings
         now = datetime.now(timezone.utc).isoformat()
         default_lang = _LANG_CODES.get(s.analyzer_language, s.analyzer_language)
@@ -240,9 +241,10 @@ class Retarget:
         return [row_embedding_text(s, prefix=prefix) for s in sources if s["chunk_type"] == "child"]
 
     def actions(
-        self, rows: Sequence[tuple[str, dict[str, Any]]], vectors: list[list[float]]
+        self, rows: Sequence[tuple[str, dict[str, Any]]], vectors: Sequence[Any]
     ) -> Iterator[dict[str, Any]]:
-        """Index actions for ``(chunk id, source)`` rows; ``vectors`` are the children's."""
+        """Index actions for ``(chunk id, source)`` rows; ``vectors`` are the children's
+        (lists of floats or numpy rows)."""
         child_vectors = iter(vectors)
         for cid, source in rows:
             new = {

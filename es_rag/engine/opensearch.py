@@ -13,8 +13,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
+from opensearchpy.serializer import JSONSerializer
 
 from es_rag.config import Settings
 from es_rag.engine.base import (
@@ -40,6 +42,27 @@ HYBRID_RRF_SINCE = (2, 19)
 JAVA_KNN_ENGINES = ("lucene",)
 
 
+class OrjsonSerializer(JSONSerializer):
+    """orjson for bodies, as for Elasticsearch (es_rag.engine.elastic.OrjsonSerializer)."""
+
+    def dumps(self, data: Any) -> Any:
+        if isinstance(data, (str, bytes)):
+            return data
+        try:
+            return orjson.dumps(data, default=self.default, option=_ORJSON_OPTIONS).decode()
+        except TypeError as exc:
+            raise os_exc.SerializationError(data, exc) from exc
+
+    def loads(self, s: str) -> Any:
+        try:
+            return orjson.loads(s)
+        except orjson.JSONDecodeError as exc:
+            raise os_exc.SerializationError(s, exc) from exc
+
+
+_ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
 def make_opensearch_client(settings: Settings) -> OpenSearch:
     """An OpenSearch client from settings; creating it does no I/O."""
     if settings.es_api_key is not None:
@@ -52,6 +75,7 @@ def make_opensearch_client(settings: Settings) -> OpenSearch:
         "retry_on_timeout": True,
         "max_retries": 3,
         "pool_maxsize": settings.es_connections_per_node,
+        "serializer": OrjsonSerializer(),
     }
     if settings.es_username:
         password = settings.es_password.get_secret_value() if settings.es_password else ""
