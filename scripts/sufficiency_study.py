@@ -13,7 +13,12 @@ query is asked as ``es-rag context`` would ask it (the default strategy, k =
 written as one JSON line with its label, followed by one line with the index's own
 self-calibration. ``--analyse FILE...`` reads such files and prints, per collection, the
 balanced accuracy of the self-calibrated judge (no labels used) and of each single signal
-at its best threshold (labels used: an upper bound, not a result).
+at its best threshold (labels used: an upper bound, not a result), the judge's two signals
+and the list-shape ones (``list_signals``: how far each retriever's top hit stands out of
+its own top 100, how much the two retrievers' top documents agree); and, across the
+collections, a logistic regression over each set of signals trained on the other
+collections (leave one collection out; features standardised per collection, which needs
+no labels), scored at its best cut and at its own decision boundary.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,13 +101,16 @@ def study(args: argparse.Namespace) -> None:
         for qid, text in kept.queries.items():
             response = searcher.search(text, caller=caller, k=settings.context_candidates)
             signals = sufficiency.signals(searcher, text, response, caller)
+            # Each retriever's top 100 and the fused hits as [doc id, score]: the shape of
+            # the lists is what the --analyse study of further signals reads.
             lists = {
                 name: [
-                    h.scores.get(name)
+                    [h.doc_id, h.scores.get(name)]
                     for h in searcher.search(text, caller=caller, k=100, strategy=name).hits
                 ]
                 for name in ("knn", "bm25")
             }
+            lists["fused"] = [[h.doc_id, h.score] for h in response.hits]
             row = {"qid": qid, "answerable": labels[qid], "signals": signals, "lists": lists}
             out.write(json.dumps(row) + "\n")
         row = {"calibration": calibration.to_meta(), "negatives": calibration.negatives}
@@ -142,6 +151,12 @@ def analyse(paths: list[str]) -> None:
         labels = {r["answerable"] for r in rows[:-1]}
         if len(labels) == 2:  # a construction that left one class empty says nothing
             cal = sufficiency.from_probes(rows[-1]["negatives"], model="", rows=0)
+            for r in rows[:-1]:
+                r["features"] = {
+                    "best_knn": float(r["signals"].get("best_knn") or 0.0),
+                    "coverage": float(r["signals"].get("coverage") or 0.0),
+                    **list_signals(r["lists"]),
+                }
             data[Path(path).stem] = (rows[:-1], cal)
 
     def accuracy(name: str, strictness: float) -> float:
@@ -163,8 +178,8 @@ def analyse(paths: list[str]) -> None:
             "default": round(accuracy(name, DEFAULTS["strictness"]), 3),
             "held_out": None if chosen is None else [chosen, round(accuracy(name, chosen), 3)],
         }
-        for signal in ("best_knn", "coverage"):
-            values = [float(r["signals"].get(signal) or 0.0) for r in rows]
+        for signal in rows[0]["features"]:
+            values = [r["features"][signal] for r in rows]
             ba, cut = best_cut(labels, values)
             entry[f"oracle:{signal}"] = [round(ba, 3), round(cut, 4)]
         report[name] = entry
@@ -174,7 +189,81 @@ def analyse(paths: list[str]) -> None:
         "default": round(sum(defaults) / max(1, len(defaults)), 3),
         "held_out": round(sum(held) / max(1, len(held)), 3),
     }
+    report["combined_leave_one_out"] = combined({n: rows for n, (rows, _) in data.items()})
     print(json.dumps(report, indent=1))
+
+
+def list_signals(lists: dict[str, list[list[Any]]]) -> dict[str, float]:
+    """Signals read from the shape of the ranked lists, not from the evidence's text: a
+    question the index can answer should have a top hit that stands out, and retrievers
+    that agree on it."""
+    knn = [float(s) for _, s in lists["knn"] if s is not None]
+    bm25 = [float(s) for _, s in lists["bm25"] if s is not None]
+
+    def z_top(v: list[float]) -> float:
+        return (v[0] - statistics.mean(v)) / (statistics.pstdev(v) or 1.0) if len(v) > 2 else 0.0
+
+    def docs(ranked: list[list[Any]], n: int) -> list[str]:
+        return list(dict.fromkeys(d for d, _ in ranked))[:n]
+
+    knn10, bm10, fused = docs(lists["knn"], 10), docs(lists["bm25"], 10), docs(lists["fused"], 1)
+    return {
+        "knn_z": z_top(knn),
+        "bm25_z": z_top(bm25),
+        "knn_gap": knn[0] - knn[min(9, len(knn) - 1)] if knn else 0.0,
+        "knn_over_median": knn[0] - statistics.median(knn) if knn else 0.0,
+        "bm25_gap": (bm25[0] - bm25[min(9, len(bm25) - 1)]) / (bm25[0] or 1.0) if bm25 else 0.0,
+        "agree10": len(set(knn10) & set(bm10)) / 10,
+        "agree5": len(set(knn10[:5]) & set(bm10[:5])) / 5,
+        "top_in_both": float(bool(fused) and fused[0] in knn10[:3] and fused[0] in bm10[:3]),
+    }
+
+
+SIGNAL_SETS = {
+    "judge": ["best_knn", "coverage"],
+    "judge+gaps": ["best_knn", "coverage", "knn_gap", "bm25_gap"],
+    "judge+shape": ["best_knn", "coverage", "knn_over_median", "bm25_gap", "agree10"],
+    "all": [
+        "best_knn", "coverage", "knn_z", "bm25_z", "knn_gap", "knn_over_median",
+        "bm25_gap", "agree10", "agree5", "top_in_both",
+    ],
+}  # fmt: skip
+
+
+def combined(data: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Leave one collection (family) out: a balanced logistic regression over each signal
+    set, trained on the others, scored on it."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    def matrix(rows: list[dict[str, Any]], names: list[str]) -> Any:
+        x = np.array([[float(r["features"][n]) for n in names] for r in rows])
+        return (x - x.mean(0)) / (x.std(0) + 1e-9)
+
+    out: dict[str, Any] = {}
+    for set_name, names in SIGNAL_SETS.items():
+        per: dict[str, Any] = {}
+        for name, rows in data.items():
+            family = name.split("@")[0]
+            train = [n for n in data if n.split("@")[0] != family]
+            if not train:
+                continue
+            x = np.vstack([matrix(data[n], names) for n in train])
+            y = [r["answerable"] for n in train for r in data[n]]
+            model = LogisticRegression(class_weight="balanced", max_iter=1000).fit(x, y)
+            scores = [float(v) for v in model.decision_function(matrix(rows, names))]
+            labels = [r["answerable"] for r in rows]
+            per[name] = {
+                "best_cut": round(best_cut(labels, scores)[0], 3),
+                "boundary": round(balanced(labels, [v >= 0 for v in scores]), 3),
+            }
+        if per:
+            out[set_name] = {
+                "mean_best_cut": round(statistics.mean(v["best_cut"] for v in per.values()), 3),
+                "mean_boundary": round(statistics.mean(v["boundary"] for v in per.values()), 3),
+                "per_collection": per,
+            }
+    return out
 
 
 def _num(v: Any) -> bool:
