@@ -30,6 +30,7 @@ import os
 import random
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,13 @@ def best_cut(labels: list[bool], values: list[float]) -> tuple[float, float]:
     return best
 
 
+def other_collections(names: Iterable[str], name: str) -> list[str]:
+    """The files of every other collection: two constructions of one collection
+    (``NAME@remove40``, ``NAME@sample20``) share its questions, so a fold leaves out both."""
+    family = name.split("@")[0]
+    return [n for n in names if n.split("@")[0] != family]
+
+
 def analyse(paths: list[str]) -> None:
     """Per file (``COLLECTION@CONSTRUCTION.jsonl``): the judge with the default settings,
     each signal at its best cut (labels used: an upper bound), and the strictness chosen
@@ -169,8 +177,7 @@ def analyse(paths: list[str]) -> None:
     report: dict[str, Any] = {}
     for name, (rows, _) in data.items():
         labels = [r["answerable"] for r in rows]
-        family = name.split("@")[0]
-        others = [n for n in data if n.split("@")[0] != family]
+        others = other_collections(data, name)
         chosen = max(grid, key=lambda t: sum(accuracy(n, t) for n in others)) if others else None
         entry: dict[str, Any] = {
             "answerable": sum(labels),
@@ -244,8 +251,7 @@ def combined(data: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for set_name, names in SIGNAL_SETS.items():
         per: dict[str, Any] = {}
         for name, rows in data.items():
-            family = name.split("@")[0]
-            train = [n for n in data if n.split("@")[0] != family]
+            train = other_collections(data, name)
             if not train:
                 continue
             x = np.vstack([matrix(data[n], names) for n in train])
