@@ -284,6 +284,12 @@ class Settings(BaseSettings):
     feedback_weight: float = Field(
         default=0.6, ge=0.0, description="boost of the strongest expansion term (feedback)"
     )
+    question_sentences: int = Field(
+        default=4,
+        ge=0,
+        description="client-side fusion: a question of two or more sentences also asks up to N "
+        "of them as kNN searches of their own, each chunk at its best similarity (0: off)",
+    )
 
     # --- context (prompt-ready evidence) ------------------------------------------------------
     context_candidates: int = Field(default=10, description="hits considered for the context")

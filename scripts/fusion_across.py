@@ -11,7 +11,10 @@ BM25 share alpha, on chunks (then documents at their best chunk, as the searcher
 on documents (each retriever's documents at their best chunk, then fused); z-score fusion
 over each retriever's top 50 (the searcher's default window) as well as its top 100, RRF
 over the top 50 too; and two query-adaptive z-score fusions: weights from each retriever's
-top z (``z-top``, power p) and a bonus for chunks both retrievers returned (``z-mnz``). For each
+top z (``z-top``, power p) and a bonus for chunks both retrievers returned (``z-mnz``); and
+kNN, RRF and z-score with the kNN list of the question's sentences (``knn_sentences`` of
+``fusion_study.py``: each chunk at its best similarity to the question or one of its
+sentences; files without it use the kNN list). For each
 collection the candidate with the best mean nDCG@10 relative to RRF on the *other*
 collections is chosen and reported on this one. Prints one JSON object.
 """
@@ -54,7 +57,15 @@ def candidates() -> dict[str, Method]:
         out[f"z-top p={p:g}"] = lambda x, p=p: fs.fuse_z_top(x, power=p)
     for bonus in (0.25, 0.5, 1.0):
         out[f"z-mnz b={bonus:g}"] = lambda x, bonus=bonus: fs.fuse_z_mnz(x, bonus=bonus)
+    out["knn sentences"] = lambda x: [d for d, _ in x["knn_sentences"]]
+    out["rrf sentences"] = lambda x: fs.fuse_rrf(by_sentence(x), k=60, w=1.0, window=100)
+    out["z sentences"] = lambda x: fs.fuse_z(by_sentence(x), alpha=0.5)
     return out
+
+
+def by_sentence(lists: fs.Lists) -> fs.Lists:
+    """The lists with the kNN side taken from the question's sentences."""
+    return {"bm25": lists["bm25"], "knn": lists["knn_sentences"]}
 
 
 def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, float]]:
@@ -65,6 +76,8 @@ def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, flo
     lists = {
         q: {n: [tuple(p) for p in v] for n, v in ls.items()} for q, ls in saved["lists"].items()
     }
+    for ls in lists.values():  # files kept before the sentences' list
+        ls.setdefault("knn_sentences", ls["knn"])
     qrels = saved["qrels"]
     scores = {}
     for name, fn in methods.items():
@@ -78,7 +91,7 @@ def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, flo
 def main() -> None:
     methods = candidates()
     table = dict(evaluate(Path(p), methods) for p in sys.argv[1:])
-    fused = [m for m in methods if m not in ("bm25", "knn")]
+    fused = [m for m in methods if m not in ("bm25", "knn", "knn sentences")]
     report: dict[str, Any] = {}
     for name, scores in table.items():
         others = [n for n in table if n != name]

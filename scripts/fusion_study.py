@@ -15,6 +15,11 @@ Methods: RRF (rank constant, weights), convex combination of min-max normalised 
 query comes from how decisively its own top hit stands out of its top 10, measured on its
 own normalised scores, so a retriever that is sure of its answer (an exact factoid match
 for BM25) is followed, and one that is not is damped.
+
+``--lists-out`` also keeps ``knn_sentences`` for ``scripts/fusion_across.py``: for a
+question of two or more sentences (es_rag.query.sentences, as the searcher splits it),
+each chunk's best similarity to the whole question or to any one of its sentences, each
+asked as a kNN search of its own (a question that is one sentence keeps its kNN list).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from es_rag.config import Settings  # noqa: E402
 from es_rag.datasets import load  # noqa: E402
 from es_rag.eval_runner import EVAL_TENANT  # noqa: E402
 from es_rag.evaluation import dedupe, ndcg_at_k, recall_at_k  # noqa: E402
-from es_rag.query import build  # noqa: E402
+from es_rag.query import build, sentences  # noqa: E402
 from es_rag.query.fusion import confidence_weights, rrf  # noqa: E402
 from es_rag.query.search import Searcher  # noqa: E402
 
@@ -57,6 +62,13 @@ def gather(searcher: Searcher, queries: dict[str, str], depth: int) -> dict[str,
             # Chunk level, as the searcher fuses; documents rank where their best chunk does.
             lists[name] = [(h.chunk_id, float(h.scores.get(name) or 0.0)) for h in hits]
             DOC_OF.update({h.chunk_id: h.doc_id for h in hits})
+        best = dict(lists["knn"])
+        for part in sentences.split(text, Settings().question_sentences):
+            for h in searcher.search(part, caller=caller, k=depth, strategy="knn").hits:
+                DOC_OF[h.chunk_id] = h.doc_id
+                score = float(h.scores.get("knn") or 0.0)
+                best[h.chunk_id] = max(best.get(h.chunk_id, score), score)
+        lists["knn_sentences"] = sorted(best.items(), key=lambda kv: -kv[1])[:depth]
         # The server's own `standard` analyzer over `content` (what a bare cluster offers),
         # to compare with es-rag's Python analysis in `content_terms`.
         body = {

@@ -29,7 +29,7 @@ from es_rag.errors import (
 )
 from es_rag.generations import Generations
 from es_rag.parts import Parts
-from es_rag.query import build, feedback
+from es_rag.query import build, feedback, sentences
 from es_rag.query.filters import FieldFilter, field_types, parse_filter, to_clauses
 from es_rag.query.guard import check_body, check_msearch
 from es_rag.query.hits import with_rows
@@ -260,17 +260,24 @@ class Searcher(Parts):
         # searcher's own, its recipe.
         s = self.settings.model_copy(update={**served.recipe, "index": served.index})
         vector: list[float] = []
+        sentence_vectors: tuple[list[float], ...] = ()
         if strategy.uses_vector:
             t0 = time.perf_counter()
             embedder = served.embedder
             # Another generation's model answers another key: vectors never cross models.
             key = text if embedder is self.embedder else f"{embedder.embedding_version}\0{text}"
             vector = self.query_cache.get_or_compute(key, lambda: embedder.embed_query(text))
+            parts = sentences.split(text, s.question_sentences) if strategy.asks_sentences else []
+            sentence_vectors = tuple(
+                self.query_cache.get_or_compute(f"{key}\0{part}", _embedding(embedder, part))
+                for part in parts
+            )
             timings["embed"] = _ms(t0)
         return Query(
             text=text,
             terms=served.analyzer.analyze(text) if strategy.uses_terms else "",
             vector=vector,
+            sentence_vectors=sentence_vectors,
             acl=acl_filter(caller),
             filters=filters,
             depth=depth,
@@ -418,6 +425,11 @@ def _once_more(send: Callable[[], T]) -> T:
     except EngineUnavailableError:
         time.sleep(_RETRY_PAUSE_S)
         return send()
+
+
+def _embedding(embedder: Embedder, text: str) -> Callable[[], list[float]]:
+    """The query embedding of ``text``, computed when the cache asks for it."""
+    return lambda: embedder.embed_query(text)
 
 
 def _ms(t0: float) -> float:

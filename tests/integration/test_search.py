@@ -295,3 +295,38 @@ def test_feedback_never_uses_words_of_rows_the_caller_cannot_read(indexed: Searc
         assert theirs.expansion, "the outsider's feedback did not run"
         assert not secret & {e.term for e in theirs.expansion}
         assert "canary-finance" not in {h.doc_id for h in theirs.hits}
+
+
+def test_a_question_of_several_sentences_ranks_chunks_at_their_best_sentence(
+    indexed: Searcher,
+) -> None:
+    """Each sentence is a kNN search of its own in the same _msearch, under the caller's
+    ACL; a chunk's kNN score is its best over the question and its sentences, and z-score
+    fusion of that list with BM25 is what the searcher returns."""
+    from es_rag.query.fusion import zscore
+
+    indexed = variant(indexed, feedback_chunks=0)  # fusion alone, no second round
+    who = make_caller(corpus.TENANT, users=["user:bob"])
+    window = indexed.settings.rank_window_size
+    parts = ["When can I get a midday meal?", "Who signs off the Initech acquisition?"]
+    question = " ".join(parts)
+    best: dict[str, float] = {}
+    for text in (question, *parts):
+        for h in indexed.search(text, caller=who, k=window, strategy="knn").hits:
+            best[h.chunk_id] = max(best.get(h.chunk_id, 0.0), float(h.scores["knn"] or 0.0))
+    knn = sorted(best.items(), key=lambda kv: -kv[1])[:window]
+    bm25 = indexed.search(question, caller=who, k=window, strategy="bm25").hits
+    expected = zscore(
+        {"bm25": [(h.chunk_id, float(h.scores["bm25"] or 0.0)) for h in bm25], "knn": knn},
+        rank_window_size=window,
+    )
+    got = indexed.search(question, caller=who, k=5, strategy="client-zscore").hits
+    assert [h.chunk_id for h in got] == [f.doc_id for f in expected[:5]]
+    assert got[0].doc_id == corpus.PARAPHRASE_ANSWER  # the first sentence's answer leads
+    for hit in got:
+        assert hit.scores["knn"] is None or hit.scores["knn"] == pytest.approx(best[hit.chunk_id])
+    # bob may not read the board minutes the second sentence points at
+    assert "canary-finance" not in {h.doc_id for h in got}
+    finance = make_caller(corpus.TENANT, users=["user:ann"], groups=["group:finance"])
+    theirs = indexed.search(question, caller=finance, k=5, strategy="client-zscore").hits
+    assert "canary-finance" in {h.doc_id for h in theirs}  # the ACL, not the ranking, hid it

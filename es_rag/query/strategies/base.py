@@ -37,6 +37,8 @@ class Query:
     highlight: dict[str, Any] | None = None
     # Pseudo-relevance feedback's terms and boosts for BM25 (es_rag.query.feedback)
     expansion: tuple[tuple[str, float], ...] = ()
+    # The embeddings of its sentences, for a question of two or more (question_sentences)
+    sentence_vectors: tuple[Sequence[float], ...] = ()
 
     @property
     def num_candidates(self) -> int:
@@ -70,6 +72,8 @@ class Strategy(ABC):
     needs_cluster: ClassVar[bool] = False  # runs only where the probe says it can
     # Its searches return ids and scores only: the Searcher fetches the rows it keeps.
     fetches_rows: ClassVar[bool] = False
+    # Asks a many-sentence question's sentences as kNN searches of their own.
+    asks_sentences: ClassVar[bool] = False
 
     def available(self, cluster: ClusterInfo) -> tuple[bool, str]:
         """(whether this cluster can run it, why not)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from es_rag.query import build, hits
+from es_rag.query import build, hits, sentences
 from es_rag.query.strategies.base import Query, Request, Strategy, bm25_body
 from es_rag.types import Hit
 
@@ -24,15 +24,25 @@ class ClientFusion(Strategy):
     method: ClassVar[str]
     fuses_here = True
     fetches_rows = True
+    asks_sentences = True
 
     def bodies(self, q: Query, engine: Engine) -> Request:
         s = q.settings
-        knn = engine.knn_body(
-            q.vector, acl=q.acl, size=q.window, num_candidates=q.num_candidates, filters=q.filters
-        )
-        searches = build.msearch_pair(
-            s.index, _bm25(q), build.ids_only(knn), search_type=s.search_type
-        )
+        knn = [
+            build.ids_only(
+                engine.knn_body(
+                    vector,
+                    acl=q.acl,
+                    size=q.window,
+                    num_candidates=q.num_candidates,
+                    filters=q.filters,
+                )
+            )
+            for vector in (q.vector, *q.sentence_vectors)
+        ]
+        searches = build.msearch_pair(s.index, _bm25(q), knn[0], search_type=s.search_type)
+        for body in knn[1:]:  # the question's sentences (es_rag.query.sentences)
+            searches += [{"index": s.index}, body]
         return Request(searches=searches)
 
     def again(
@@ -45,6 +55,8 @@ class ClientFusion(Strategy):
         return request, lambda responses: [*responses, *first[1:]]
 
     def hits(self, responses: list[dict[str, Any]], q: Query) -> list[Hit]:
+        if len(responses) > 2:  # kNN asked for the whole question and its sentences
+            responses = [responses[0], sentences.best_of(responses[1:], q.window)]
         fused = hits.client_fused(
             responses,
             method=self.method,
