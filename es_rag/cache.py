@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -32,11 +32,33 @@ class LRU(Generic[K, V]):
                 self._data.move_to_end(key)
                 return self._data[key]
         value = compute()
-        if self.maxsize == 0:
-            return value
+        self._store([(key, value)])
+        return value
+
+    def get_many_or_compute(
+        self, keys: Sequence[K], compute: Callable[[list[K]], Sequence[V]]
+    ) -> list[V]:
+        """The values of ``keys``, the missing ones from one ``compute(missing)`` call (one
+        model call for a question's sentences, not one each)."""
+        found: dict[K, V] = {}
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
+            for key in keys:
+                if key in self._data:
+                    self._data.move_to_end(key)
+                    found[key] = self._data[key]
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing:
+            computed = list(zip(missing, compute(missing), strict=True))
+            found.update(computed)
+            self._store(computed)
+        return [found[k] for k in keys]
+
+    def _store(self, items: list[tuple[K, V]]) -> None:
+        if self.maxsize == 0:
+            return
+        with self._lock:
+            for key, value in items:
+                self._data[key] = value
+                self._data.move_to_end(key)
             while self.maxsize is not None and len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
-        return value

@@ -9,7 +9,7 @@ question, sending the request through the ACL guard, and fetching context rows.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -268,9 +268,9 @@ class Searcher(Parts):
             key = text if embedder is self.embedder else f"{embedder.embedding_version}\0{text}"
             vector = self.query_cache.get_or_compute(key, lambda: embedder.embed_query(text))
             parts = sentences.split(text, s.question_sentences) if strategy.asks_sentences else []
+            asked = {f"{key}\0{part}": part for part in parts}
             sentence_vectors = tuple(
-                self.query_cache.get_or_compute(f"{key}\0{part}", _embedding(embedder, part))
-                for part in parts
+                self.query_cache.get_many_or_compute(list(asked), _embeddings(embedder, asked))
             )
             timings["embed"] = _ms(t0)
         return Query(
@@ -427,9 +427,15 @@ def _once_more(send: Callable[[], T]) -> T:
         return send()
 
 
-def _embedding(embedder: Embedder, text: str) -> Callable[[], list[float]]:
-    """The query embedding of ``text``, computed when the cache asks for it."""
-    return lambda: embedder.embed_query(text)
+def _embeddings(
+    embedder: Embedder, texts: Mapping[str, str]
+) -> Callable[[list[str]], list[list[float]]]:
+    """The query embeddings of the texts of the keys the cache misses, in one model call."""
+
+    def compute(keys: list[str]) -> list[list[float]]:
+        return [v.tolist() for v in embedder.embed([texts[k] for k in keys], kind="query")]
+
+    return compute
 
 
 def _ms(t0: float) -> float:

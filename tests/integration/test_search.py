@@ -324,7 +324,10 @@ def test_a_question_of_several_sentences_ranks_chunks_at_their_best_sentence(
     assert [h.chunk_id for h in got] == [f.doc_id for f in expected[:5]]
     assert got[0].doc_id == corpus.PARAPHRASE_ANSWER  # the first sentence's answer leads
     for hit in got:
-        assert hit.scores["knn"] is None or hit.scores["knn"] == pytest.approx(best[hit.chunk_id])
+        # (the sentences are embedded in one batch, the single searches one at a time)
+        assert hit.scores["knn"] is None or hit.scores["knn"] == pytest.approx(
+            best[hit.chunk_id], abs=1e-4
+        )
     # bob may not read the board minutes the second sentence points at
     assert "canary-finance" not in {h.doc_id for h in got}
     finance = make_caller(corpus.TENANT, users=["user:ann"], groups=["group:finance"])

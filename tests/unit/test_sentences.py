@@ -105,3 +105,25 @@ def test_client_fusion_asks_each_sentence_under_the_acl_and_fuses_one_knn_list(
     assert [h.chunk_id for h in fused] == [h.chunk_id for h in merged]
     w = next(h for h in fused if h.chunk_id == "w")
     assert w.scores["knn"] == pytest.approx(0.9) and w.ranks["knn"] == 1
+
+
+def test_the_cache_computes_only_the_missing_keys_in_one_call() -> None:
+    from es_rag.cache import LRU
+
+    calls: list[list[str]] = []
+
+    def compute(keys: list[str]) -> list[int]:
+        calls.append(keys)
+        return [len(k) for k in keys]
+
+    cache: LRU[str, int] = LRU(3)
+    assert cache.get_or_compute("a", lambda: 10) == 10
+    assert cache.get_many_or_compute(["a", "bb", "ccc"], compute) == [10, 2, 3]
+    assert calls == [["bb", "ccc"]]  # one call, for the two it did not hold
+    assert cache.get_many_or_compute(["ccc", "bb"], compute) == [3, 2]
+    assert len(calls) == 1
+    assert cache.get_many_or_compute(["dddd"], compute) == [4]
+    assert len(cache) == 3  # the least recently used ("a") went
+    assert cache.get_many_or_compute(["a"], compute) == [1] and calls[-1] == ["a"]
+    off: LRU[str, int] = LRU(0)
+    assert off.get_many_or_compute(["x", "x"], compute) == [1, 1] and len(off) == 0
