@@ -194,6 +194,8 @@ class SearchResponse:
     rerank_note: str | None = None  # why not reranked
     # Terms pseudo-relevance feedback added to the BM25 side, with their boosts
     expansion: tuple[ExpansionTerm, ...] = ()
+    # The question's sentences also asked on the kNN side (es_rag.query.sentences)
+    sentences: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -211,6 +213,8 @@ class SearchResponse:
             out["expansion"] = [
                 {"term": e.term, "boost": round(e.boost, 4)} for e in self.expansion
             ]
+        if self.sentences:
+            out["sentences"] = list(self.sentences)
         return out
 
 

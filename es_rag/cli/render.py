@@ -36,6 +36,8 @@ def search_text(response: SearchResponse, *, explain: bool = False) -> str:
         if response.expansion:
             added = " ".join(f"{e.term}^{e.boost:.2f}" for e in response.expansion)
             lines.append(f"feedback added to BM25: {added}")
+        if response.sentences:
+            lines.append("kNN also asked: " + " | ".join(response.sentences))
         lines.append(explain_table(response.hits))
     for n, hit in enumerate(response.hits, start=1):
         path = " > ".join(hit.title_path)

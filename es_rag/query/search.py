@@ -231,6 +231,7 @@ class Searcher(Parts):
             reranked=reranked if do_rerank else None,
             rerank_note=rerank_note,
             expansion=tuple(ExpansionTerm(t, b) for t, b in added),
+            sentences=q.sentences,
         )
 
     # --- stages --------------------------------------------------------------------------
@@ -260,6 +261,7 @@ class Searcher(Parts):
         # searcher's own, its recipe.
         s = self.settings.model_copy(update={**served.recipe, "index": served.index})
         vector: list[float] = []
+        parts: list[str] = []
         sentence_vectors: tuple[list[float], ...] = ()
         if strategy.uses_vector:
             t0 = time.perf_counter()
@@ -277,6 +279,7 @@ class Searcher(Parts):
             text=text,
             terms=served.analyzer.analyze(text) if strategy.uses_terms else "",
             vector=vector,
+            sentences=tuple(parts),
             sentence_vectors=sentence_vectors,
             acl=acl_filter(caller),
             filters=filters,

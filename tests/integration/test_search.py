@@ -320,7 +320,10 @@ def test_a_question_of_several_sentences_ranks_chunks_at_their_best_sentence(
         {"bm25": [(h.chunk_id, float(h.scores["bm25"] or 0.0)) for h in bm25], "knn": knn},
         rank_window_size=window,
     )
-    got = indexed.search(question, caller=who, k=5, strategy="client-zscore").hits
+    response = indexed.search(question, caller=who, k=5, strategy="client-zscore")
+    assert response.sentences == tuple(parts)
+    assert response.to_dict()["sentences"] == parts
+    got = response.hits
     assert [h.chunk_id for h in got] == [f.doc_id for f in expected[:5]]
     assert got[0].doc_id == corpus.PARAPHRASE_ANSWER  # the first sentence's answer leads
     for hit in got:
@@ -330,6 +333,8 @@ def test_a_question_of_several_sentences_ranks_chunks_at_their_best_sentence(
         )
     # bob may not read the board minutes the second sentence points at
     assert "canary-finance" not in {h.doc_id for h in got}
+    one = indexed.search(parts[0], caller=who, k=5, strategy="client-zscore")
+    assert one.sentences == () and "sentences" not in one.to_dict()  # one sentence: as before
     finance = make_caller(corpus.TENANT, users=["user:ann"], groups=["group:finance"])
     theirs = indexed.search(question, caller=finance, k=5, strategy="client-zscore").hits
     assert "canary-finance" in {h.doc_id for h in theirs}  # the ACL, not the ranking, hid it

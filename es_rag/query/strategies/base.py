@@ -37,7 +37,8 @@ class Query:
     highlight: dict[str, Any] | None = None
     # Pseudo-relevance feedback's terms and boosts for BM25 (es_rag.query.feedback)
     expansion: tuple[tuple[str, float], ...] = ()
-    # The embeddings of its sentences, for a question of two or more (question_sentences)
+    # Its sentences and their embeddings, for a question of two or more (question_sentences)
+    sentences: tuple[str, ...] = ()
     sentence_vectors: tuple[Sequence[float], ...] = ()
 
     @property
