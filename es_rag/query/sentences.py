@@ -3,7 +3,7 @@
 A sentence embedder reads a question as one point. A question that is one sentence sits
 where its meaning is; a question of several (a topic, then "I would also like ...", then a
 list of keywords) is the mean of its parts and lands between them, near none of the
-passages it asks for. So the fused strategies run by es-rag ask the whole question and
+passages it asks for. So the client-side fusions ask the whole question and
 each of its sentences as kNN searches of their own, and rank every chunk at its best
 similarity to any of them, the way a passage is ranked at its best chunk. BM25 needs
 none of this: its score already sums over the question's terms. Measured on the dev
@@ -18,8 +18,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Latin punctuation ends a sentence before a space ("3.5 mm", "e.g." stay whole); Han
-# punctuation ends one where it stands.
+# Latin punctuation ends a sentence before a space ("3.5 mm" stays whole; a part of
+# fewer than three words, such as "e.g.", is not asked alone); Han punctuation ends one
+# where it stands.
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*|\n+")
 _MIN_WORDS = 3  # "Give definitions." asks for nothing the whole question does not
 _MIN_HAN = 6  # characters, for text without spaces
