@@ -81,6 +81,7 @@ def parse_strategies(
     windows: Sequence[int] = (),
     weights: Sequence[tuple[float, float]] = (),
     feedbacks: Sequence[int] = (),
+    sentences: Sequence[int] = (),
 ) -> list[Variant]:
     variants: list[Variant] = []
     for raw in [s.strip() for s in spec.split(",") if s.strip()]:
@@ -94,11 +95,12 @@ def parse_strategies(
         wins: Sequence[int | None] = windows or [None]
         wts: Sequence[tuple[float, float] | None] = weights or [None]
         fbs: Sequence[int | None] = feedbacks or [None]
-        grid = list(itertools.product(rcs, wins, wts, fbs))
-        if base not in FUSED or grid == [(None, None, None, None)]:
+        sts: Sequence[int | None] = sentences or [None]
+        grid = list(itertools.product(rcs, wins, wts, fbs, sts))
+        if base not in FUSED or grid == [(None, None, None, None, None)]:
             variants.append(Variant(raw, base, rerank))
             continue
-        for rc, win, wt, fb in grid:
+        for rc, win, wt, fb, st in grid:
             overrides: dict[str, Any] = {}
             label = []
             if rc is not None:
@@ -113,6 +115,9 @@ def parse_strategies(
             if fb is not None:
                 overrides["feedback_chunks"] = fb
                 label.append(f"fb={fb}")
+            if st is not None:  # (only the client-side fusions ask sentences)
+                overrides["question_sentences"] = st
+                label.append(f"sent={st}")
             variants.append(Variant(f"{raw}[{','.join(label)}]", base, rerank, overrides))
     return variants
 

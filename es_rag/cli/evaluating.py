@@ -43,6 +43,10 @@ def eval_(
         str | None,
         typer.Option(help="sweep of feedback chunks for the fused strategies, e.g. 0,3"),
     ] = None,
+    sentences: Annotated[
+        str | None,
+        typer.Option(help="sweep of the question's sentences also asked on the kNN side, e.g. 0,4"),
+    ] = None,
     limit_queries: Annotated[int | None, typer.Option(help="first N queries only")] = None,
     runs: Annotated[
         Path | None,
@@ -72,6 +76,7 @@ def eval_(
             windows=ints(window),
             weights=sweep_weights,
             feedbacks=ints(feedback),
+            sentences=ints(sentences),
         )
     except (ValueError, EsRagError) as exc:
         fail(str(exc))

@@ -103,6 +103,9 @@ def test_strategies_and_sweeps() -> None:
     fb = parse_strategies("bm25,client-zscore", feedbacks=[0, 3])
     assert [v.name for v in fb] == ["bm25", "client-zscore[fb=0]", "client-zscore[fb=3]"]
     assert fb[2].overrides == {"feedback_chunks": 3}
+    st = parse_strategies("client-zscore", feedbacks=[3], sentences=[0, 4])
+    assert [v.name for v in st] == ["client-zscore[fb=3,sent=0]", "client-zscore[fb=3,sent=4]"]
+    assert st[1].overrides == {"feedback_chunks": 3, "question_sentences": 4}
     with pytest.raises(ConfigurationError):
         parse_strategies("magic")
     with pytest.raises(ConfigurationError):
