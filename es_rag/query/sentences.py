@@ -18,10 +18,19 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Latin punctuation ends a sentence before a space ("3.5 mm" stays whole; a part of
-# fewer than three words, such as "e.g.", is not asked alone); Han punctuation ends one
-# where it stands.
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*|\n+")
+# Latin punctuation ends a sentence before a space ("3.5 mm" stays whole), Han punctuation
+# where it stands. A semicolon does not: it joins clauses or the items of a list
+# ("nickel in nutrition: requirements; relation with enzyme systems; toxicity"), and an item
+# asked alone has lost its topic.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
+# A piece that ends in an abbreviation or an initial ("i.e.", "i. e.", "et al.", "J.") or
+# leaves a parenthesis open goes on into the next one: both halves of such a split are
+# fragments.
+_GOES_ON = re.compile(
+    r"(?:\b(?:i\.\s?e|e\.\s?g|etc|vs|cf|al|fig|figs|no|nos|dr|mr|mrs|ms|st|approx|ca|resp|eq"
+    r"|eqs|ref|refs|vol|pp|jr|sr)\.|\b[A-Za-z]\.)$",
+    re.IGNORECASE,
+)
 _MIN_WORDS = 3  # "Give definitions." asks for nothing the whole question does not
 _MIN_HAN = 6  # characters, for text without spaces
 
@@ -31,7 +40,14 @@ def split(question: str, limit: int) -> list[str]:
     it has fewer than two (then the whole question is all there is to ask)."""
     if limit <= 0:
         return []
-    parts = [p.strip() for p in _SENTENCE_END.split(question) if p and p.strip()]
+    parts: list[str] = []
+    for piece in (p.strip() for p in _SENTENCE_END.split(question)):
+        if not piece:
+            continue
+        if parts and (_GOES_ON.search(parts[-1]) or parts[-1].count("(") > parts[-1].count(")")):
+            parts[-1] = f"{parts[-1]} {piece}"
+        else:
+            parts.append(piece)
     kept = [p for p in parts if len(p.split()) >= _MIN_WORDS or _han_length(p) >= _MIN_HAN]
     return kept[:limit] if len(kept) > 1 else []
 

@@ -40,6 +40,25 @@ def test_each_sentence_of_three_words_or_more_is_kept_in_order_up_to_the_limit()
     assert sentences.split(q, 0) == []
 
 
+def test_a_semicolon_an_abbreviation_or_an_open_parenthesis_does_not_end_a_sentence() -> None:
+    # List items after a semicolon have lost their topic ("relation with enzyme systems").
+    items = "nickel in nutrition: methods for analysis; relation with enzyme systems; toxicity"
+    assert sentences.split(items, 4) == []
+    assert sentences.split("退款需要多长时间；差旅补贴怎么申请？", 4) == []
+    # "i.e." and an open parenthesis: both halves would be fragments.
+    assert sentences.split("a method for the mixing problem (i.e. the blasius problem) .", 4) == []
+    got = sentences.split(
+        "the related diptera, i. e., culicoides and mosquitos. the work of Smith et al. on "
+        "vectors. a review by J. Brown of the vectors.",
+        4,
+    )
+    assert got == [
+        "the related diptera, i. e., culicoides and mosquitos.",
+        "the work of Smith et al. on vectors.",
+        "a review by J. Brown of the vectors.",
+    ]
+
+
 def test_han_sentences_count_characters() -> None:
     assert sentences.split("退款需要多长时间？差旅补贴怎么申请？", 4) == [
         "退款需要多长时间？",
