@@ -113,7 +113,14 @@ def eval_(
                 for name in ingestor.index.concrete_indices():
                     parts.engine.delete_index(name)
             else:
-                ingestor.delete_tenant_rows(er.EVAL_TENANT)
+                removed = ingestor.delete_tenant_rows(er.EVAL_TENANT)
+                # Said aloud: an index an earlier `--keep-index` run kept holds nothing but
+                # these rows, and is empty after a run that reuses it without the flag.
+                typer.echo(
+                    f"es-rag: removed the run's {removed} rows from {alias} "
+                    "(--keep-index keeps them)",
+                    err=True,
+                )
     output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     if runs is not None:
         from es_rag.evaluation import format_trec_run

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import unicodedata
@@ -312,12 +313,15 @@ def test_eval_with_index_leaves_no_evaluation_documents(
     engine.refresh(alias)
     tenants = {h["_source"]["tenant_id"] for h in engine.scan(alias, {"query": {"match_all": {}}})}
     assert tenants == {"acme"}  # only the live document is left
+    said = re.search(rf"removed the run's (\d+) rows from {re.escape(alias)}", proc.stderr)
+    assert said and int(said.group(1)) > 0, proc.stderr
     # Told to keep them, they stay (under their own tenant, never a real one).
     proc = es_rag(cli_env, *args, "--keep-index", "--output", str(tmp_path / "r2.json"))
     assert proc.returncode == 0, proc.stderr
     engine.refresh(alias)
     tenants = {h["_source"]["tenant_id"] for h in engine.scan(alias, {"query": {"match_all": {}}})}
     assert tenants == {"acme", "es-rag-eval"}
+    assert "removed the run's" not in proc.stderr
 
 
 def _v1_id(doc_id: str, version: str, chunk_type: str, ordinal: int) -> str:
