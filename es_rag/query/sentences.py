@@ -23,12 +23,11 @@ from typing import Any
 # ("nickel in nutrition: requirements; relation with enzyme systems; toxicity"), and an item
 # asked alone has lost its topic.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
-# A piece that ends in an abbreviation or an initial ("i.e.", "i. e.", "et al.", "J.") or
-# leaves a parenthesis open goes on into the next one: both halves of such a split are
-# fragments.
+# A piece that ends in an abbreviation or a single letter and a dot (an initial, "J.", and
+# the end of "i.e.", "i. e." or "e.g.") or leaves a parenthesis open goes on into the next
+# one: both halves of such a split are fragments.
 _GOES_ON = re.compile(
-    r"(?:\b(?:i\.\s?e|e\.\s?g|etc|vs|cf|al|fig|figs|no|nos|dr|mr|mrs|ms|st|approx|ca|resp|eq"
-    r"|eqs|ref|refs|vol|pp|jr|sr)\.|\b[A-Za-z]\.)$",
+    r"\b(?:[a-z]|etc|vs|cf|al|figs?|nos?|dr|mrs?|ms|st|approx|ca|resp|eqs?|refs?|vol|pp|jr|sr)\.$",
     re.IGNORECASE,
 )
 _MIN_WORDS = 3  # "Give definitions." asks for nothing the whole question does not
