@@ -49,6 +49,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import redis
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -165,18 +167,40 @@ class Pool:
         self.ingestor.init_index()
         self.procs = start_workers(n, env, logs / f"w{n}")
         self.app = make_app(self.settings)
+        self.redis = redis.Redis.from_url(self.settings.redis_url)
         # warm-up: one document per worker, so model loading is outside the clock
         warm = [jobs.IngestPayload(path=str(files[0]), doc_id=f"warm-{i}", **acl) for i in range(n)]
         for p in warm:
             jobs.enqueue(self.ingestor, self.app, p)
         self.wait([p.key for p in warm])
 
+    def queue_idle(self) -> bool:
+        """No message of this pool's queue waiting or held unacknowledged in Redis."""
+        if self.redis.llen(self.settings.queue):
+            return False
+        for raw in self.redis.hvals("unacked"):
+            _, _, routing_key = json.loads(raw)
+            if routing_key == self.settings.queue:
+                return False
+        return True
+
     def wait(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        """Every document's final row. Polls every 2 s: the clock stops at the rows' own
-        ``finished_at``, so a slower poll costs no precision and the search server less."""
+        """Every document's final row. The clock stops at the rows' own ``finished_at``,
+        so the wait only has to see the end, and it watches Redis for it: polling the
+        status index (a refresh and a search every poll) would put the observer's load on
+        the search server that shares the workers' cores. A worker acknowledges a batch
+        after writing its status rows, so once the queue holds no waiting or unacknowledged
+        message (twice in a row: a message between Redis's list and its ``unacked`` hash
+        is in neither for an instant) the rows are read; any not final yet (a retry) are
+        then polled for in the status index."""
+        deadline = time.monotonic() + 3600
+        idle = 0
+        while idle < 2 and time.monotonic() < deadline:
+            time.sleep(0.25)
+            idle = idle + 1 if self.queue_idle() else 0
         try:
             done = jobs.wait_for(
-                self.ingestor, keys, tenant=self.acl["tenant"], timeout=3600, poll=2.0
+                self.ingestor, keys, tenant=self.acl["tenant"], timeout=3600, poll=0.25
             )
         except TimeoutError as exc:
             raise SystemExit(f"the queue run did not finish: {exc}") from exc
