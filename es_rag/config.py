@@ -132,6 +132,15 @@ class Settings(BaseSettings):
         description="texts per forward pass; unset: 16 on the CPU (texts sorted by length "
         "pad least in small batches), measured on a GPU, 32 per request to a server",
     )
+    embedding_streams: int = Field(
+        default=1,
+        ge=1,
+        description="batches of one call embedded side by side on threads of their own, each "
+        "with its share of the math threads (sentence-transformers with torch on the CPU; "
+        "other backends embed one batch at a time). Faster for ingestion: `es-rag worker` "
+        "sets it to its math threads when unset; a serving process keeps 1, so that one "
+        "query gets every thread",
+    )
     embedding_max_length: int = 512
     embedding_normalize: bool = True
     query_prefix: str = Field(default="", description="text prepended to queries (e.g. 'query: ')")

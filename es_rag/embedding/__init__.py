@@ -62,6 +62,7 @@ def build_embedder(settings: Settings) -> Embedder:
             max_length=settings.embedding_max_length,
             runtime=runtime,
             onnx_cache=settings.embedding_onnx_cache,
+            streams=settings.embedding_streams,
         )
     if backend == "flag":
         return FlagEmbedder(

@@ -15,8 +15,10 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,12 +54,18 @@ class Embedder(ABC):
         query_prefix: str = "",
         passage_prefix: str = "",
         dims: int | None = None,
+        streams: int = 1,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ConfigurationError(f"embedding batch_size must be >= 1, got {batch_size}")
         if dims is not None and dims < 1:
             raise ConfigurationError(f"embedding dims must be >= 1, got {dims}")
+        if streams < 1:
+            raise ConfigurationError(f"embedding streams must be >= 1, got {streams}")
         self.model = model
+        self.streams = streams
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.batch_size = batch_size
         self.normalize = normalize
         self.query_prefix = query_prefix
@@ -102,10 +110,11 @@ class Embedder(ABC):
         # only within each batch as the libraries do; the rows go back in order below.
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
         items = [items[i] for i in order]
-        parts: list[np.ndarray] = []
         # One text (a query) needs no batch size: on a GPU choosing one means measuring.
         size = self.effective_batch_size() if len(items) > 1 else 1
-        for start in range(0, len(items), size):
+        starts = list(range(0, len(items), size))
+
+        def one(start: int) -> np.ndarray:
             batch = items[start : start + size]
             try:
                 raw = self.embed_batch(batch, kind=kind)
@@ -116,13 +125,42 @@ class Embedder(ABC):
                     f"{self.backend} embedding failed on texts {start}..{start + len(batch) - 1}"
                     f" (model {self.model}): {type(exc).__name__}: {exc}"
                 ) from exc
-            parts.append(self._check_batch(raw, len(batch), start))
+            return self._check_batch(raw, len(batch), start)
+
+        pool = self._stream_pool() if len(starts) > 2 else None
+        if pool is None:
+            parts = [one(start) for start in starts]
+        else:
+            # The first batch alone: it learns the width, and a backend's tokenizer takes
+            # this call's settings on it, so the streams after it only read them.
+            parts = [one(starts[0])]
+            parts += pool.map(one, starts[1:])
 
         out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
         out[order] = out.copy()
         if self.normalize:
             out = _l2_normalise(out)
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    def _stream_pool(self) -> ThreadPoolExecutor | None:
+        """Threads that embed a call's batches side by side, when ``streams`` > 1 and the
+        backend can: one stream per core, each with one math thread, outruns one stream
+        using every core's threads, whose threads wait for each other at every operation
+        (and all of them for any other work on the cores, such as a search server's)."""
+        if self.streams < 2:
+            return None
+        with self._pool_lock:
+            if self._pool is None:
+                if not self._prepare_streams():
+                    self.streams = 1
+                    return None
+                self._pool = ThreadPoolExecutor(self.streams, thread_name_prefix="es-rag-embed")
+            return self._pool
+
+    def _prepare_streams(self) -> bool:
+        """Whether this backend embeds batches from several threads at once (after
+        setting itself up for it). Not by default: a backend says so."""
+        return False
 
     def effective_batch_size(self) -> int:
         """Texts per ``embed_batch``: the configured size, else this backend's choice."""

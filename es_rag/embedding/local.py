@@ -74,6 +74,7 @@ class _LocalModelEmbedder(Embedder):
         device: str | None = None,
         max_length: int | None = 512,
         revision: str | None = None,
+        streams: int = 1,
     ) -> None:
         super().__init__(
             model=model,
@@ -82,6 +83,7 @@ class _LocalModelEmbedder(Embedder):
             query_prefix=query_prefix,
             passage_prefix=passage_prefix,
             dims=dims,
+            streams=streams,
         )
         if max_length is not None and max_length < 1:
             raise ConfigurationError(f"embedding max_length must be >= 1, got {max_length}")
@@ -232,6 +234,7 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
         revision: str | None = None,
         runtime: Runtime = "torch",
         onnx_cache: str | Path | None = None,
+        streams: int = 1,
     ) -> None:
         super().__init__(
             model=model,
@@ -243,6 +246,7 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
             device=device,
             max_length=max_length,
             revision=revision,
+            streams=streams,
         )
         if runtime not in RUNTIMES:
             raise ConfigurationError(
@@ -260,6 +264,19 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
         if self.runtime != "torch":  # ONNX Runtime runs on the CPU here
             return auto_batch_size("cpu")
         return super()._auto_batch_size()
+
+    def _prepare_streams(self) -> bool:
+        # torch on the CPU only: a GPU runs one batch at a time anyway, and ONNX Runtime
+        # keeps its own thread pool per session.
+        if self.runtime != "torch" or (self.device or auto_device()) != "cpu":
+            return False
+        import torch
+
+        # Each stream gets its share of the process's math threads (which `es-rag worker`
+        # already capped at cores / processes). torch keeps one count for the process:
+        # the threads started after this take it.
+        torch.set_num_threads(max(1, torch.get_num_threads() // self.streams))
+        return True
 
     @property
     def int8_scheme(self) -> Int8Scheme | None:

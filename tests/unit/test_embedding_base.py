@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +209,87 @@ def test_library_errors_are_wrapped_with_cause() -> None:
     with pytest.raises(EmbeddingError, match="CUDA out of memory") as info:
         Broken(model="b").embed(["a"])
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+class StreamedHash(HashEmbedder):
+    """A backend that embeds from several threads; records the thread of each batch."""
+
+    def __init__(self, *, fail_on: str | None = None, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.fail_on = fail_on
+        self.threads: list[str] = []
+        self.lock = threading.Lock()
+
+    def _prepare_streams(self) -> bool:
+        return True
+
+    def embed_batch(self, texts: list[str], *, kind: Kind) -> np.ndarray:
+        if self.fail_on is not None and self.fail_on in texts:
+            raise RuntimeError("broken batch")
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+            return super().embed_batch(texts, kind=kind)
+
+
+def test_streams_give_the_same_rows_in_the_same_order() -> None:
+    texts = [f"text number {i} " * (i % 7 + 1) for i in range(50)]
+    one = make(batch_size=4).embed(texts)
+    streamed = StreamedHash(model="hash-model", batch_size=4, streams=3)
+    out = streamed.embed(texts)
+    np.testing.assert_array_equal(out, one)
+    # the first batch on the caller's thread (it learns the width), the others on the streams
+    assert streamed.threads[0] == threading.current_thread().name
+    assert {t for t in streamed.threads[1:]} <= {f"es-rag-embed_{i}" for i in range(3)}
+    assert len(streamed.threads) == 13
+
+
+def test_a_short_call_and_a_backend_without_streams_embed_on_the_callers_thread() -> None:
+    short = StreamedHash(model="hash-model", batch_size=4, streams=2)
+    short.embed([f"t{i}" for i in range(8)])  # two batches: nothing to share out
+    assert set(short.threads) == {threading.current_thread().name}
+    assert short._pool is None
+
+    plain = make(batch_size=2, streams=4)  # the base class says no: one batch at a time
+    plain.embed([f"t{i}" for i in range(9)])
+    assert plain.streams == 1 and plain._pool is None
+    assert len(plain.calls) == 5
+
+
+def test_a_failing_batch_in_a_stream_names_its_texts() -> None:
+    texts = [f"text {i:02d}" for i in range(12)]
+    broken = StreamedHash(model="hash-model", batch_size=3, streams=2, fail_on="text 07")
+    with pytest.raises(EmbeddingError, match=r"texts \d+\.\.\d+.*broken batch"):
+        broken.embed(texts)
+
+
+def test_invalid_streams() -> None:
+    with pytest.raises(ConfigurationError, match="streams"):
+        make(streams=0)
+    with pytest.raises(ValueError):
+        Settings(embedding_streams=0)
+
+
+def test_a_local_model_in_streams_gives_the_vectors_of_one_stream(minilm_path: str) -> None:
+    """Real all-MiniLM-L6-v2 through sentence-transformers, in a child process: streams
+    set the process's math threads, which must not leak into the other tests."""
+    code = (
+        "import sys, numpy as np, torch\n"
+        "from es_rag.embedding import SentenceTransformerEmbedder as E\n"
+        "texts = [('passage %d about ' % i) + 'flow ' * (i % 23) for i in range(70)]\n"
+        "one = E(model=sys.argv[1], device='cpu', batch_size=8).embed(texts)\n"
+        "threads = torch.get_num_threads()\n"
+        "two = E(model=sys.argv[1], device='cpu', batch_size=8, streams=2)\n"
+        "out = two.embed(texts)\n"
+        "assert two._pool is not None, 'no streams'\n"
+        "assert torch.get_num_threads() == max(1, threads // 2), torch.get_num_threads()\n"
+        "np.testing.assert_allclose(out, one, atol=2e-5)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, minilm_path], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
 def test_dims_probe_is_lazy_and_single() -> None:
