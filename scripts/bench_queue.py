@@ -125,13 +125,12 @@ class Ceiling:
     effect). The streams' threads keep one math thread each; this thread gets its own
     count back after them."""
 
-    def __init__(self, settings: Settings, model: str, texts: list[str]) -> None:
+    def __init__(self, embedder: Any, settings: Settings, model: str, texts: list[str]) -> None:
         import torch
         from sentence_transformers import SentenceTransformer
 
         self.texts = texts
         self.threads = torch.get_num_threads()
-        embedder = build_embedder(settings)
         streams = build_embedder(
             settings.model_copy(update={"embedding_streams": max(1, self.threads)})
         )
@@ -374,7 +373,7 @@ def main() -> None:
                     embedded = one_chunk_texts
                 if ceiling is None:
                     check_texts(embedded, one_chunk_texts, documents, args.per_doc)
-                    ceiling = Ceiling(base, model, embedded)
+                    ceiling = Ceiling(embedder, base, model, embedded)
                 ceiling_rounds.append(ceiling.round(number))
                 if not args.no_peer:
                     if peer is None:
