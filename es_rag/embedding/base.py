@@ -66,6 +66,7 @@ class Embedder(ABC):
         self.streams = streams
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._embedded = False  # a call has run to its end (see embed's streams)
         self.batch_size = batch_size
         self.normalize = normalize
         self.query_prefix = query_prefix
@@ -130,11 +131,15 @@ class Embedder(ABC):
         pool = self._stream_pool() if len(starts) > 2 else None
         if pool is None:
             parts = [one(start) for start in starts]
-        else:
-            # The first batch alone: it learns the width, and a backend's tokenizer takes
-            # this call's settings on it, so the streams after it only read them.
+        elif not self._embedded:
+            # The first batch of the process alone: it learns the width, and a backend's
+            # tokenizer takes its settings (the same for every call) on it, so the streams
+            # only ever read them. Later calls keep every core busy from their first batch.
             parts = [one(starts[0])]
             parts += pool.map(one, starts[1:])
+        else:
+            parts = list(pool.map(one, starts))
+        self._embedded = True
 
         out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
         out[order] = out.copy()

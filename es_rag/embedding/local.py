@@ -273,9 +273,14 @@ class SentenceTransformerEmbedder(_LocalModelEmbedder):
         import torch
 
         # Each stream gets its share of the process's math threads (which `es-rag worker`
-        # already capped at cores / processes). torch keeps one count for the process:
-        # the threads started after this take it.
-        torch.set_num_threads(max(1, torch.get_num_threads() // self.streams))
+        # already capped at cores / processes), at least one: more streams than threads
+        # would only time-slice the cores. torch keeps one count for the process: the
+        # threads started after this take it.
+        threads = torch.get_num_threads()
+        self.streams = min(self.streams, threads)
+        if self.streams < 2:
+            return False
+        torch.set_num_threads(threads // self.streams)
         return True
 
     @property

@@ -241,6 +241,11 @@ def test_streams_give_the_same_rows_in_the_same_order() -> None:
     assert streamed.threads[0] == threading.current_thread().name
     assert {t for t in streamed.threads[1:]} <= {f"es-rag-embed_{i}" for i in range(3)}
     assert len(streamed.threads) == 13
+    # later calls deal every batch to the streams: the caller's thread would run one alone
+    streamed.threads.clear()
+    np.testing.assert_array_equal(streamed.embed(texts), one)
+    assert len(streamed.threads) == 13
+    assert set(streamed.threads) <= {f"es-rag-embed_{i}" for i in range(3)}
 
 
 def test_a_short_call_and_a_backend_without_streams_embed_on_the_callers_thread() -> None:
@@ -283,6 +288,9 @@ def test_a_local_model_in_streams_gives_the_vectors_of_one_stream(minilm_path: s
         "assert two._pool is not None, 'no streams'\n"
         "assert torch.get_num_threads() == max(1, threads // 2), torch.get_num_threads()\n"
         "np.testing.assert_allclose(out, one, atol=2e-5)\n"
+        "# the second call starts every batch on the streams, the tokenizer shared from the start\n"
+        "for _ in range(3):\n"
+        "    np.testing.assert_allclose(two.embed(texts), one, atol=2e-5)\n"
         "print('ok')\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -290,6 +298,76 @@ def test_a_local_model_in_streams_gives_the_vectors_of_one_stream(minilm_path: s
         [sys.executable, "-c", code, minilm_path], capture_output=True, text=True, env=env
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_more_streams_than_math_threads_are_cut_to_the_threads(minilm_path: str) -> None:
+    """A stream per thread at most, each with at least one: more would time-slice the cores
+    (and set torch to zero threads). Real MiniLM in a child process, as above."""
+    code = (
+        "import sys, torch\n"
+        "from es_rag.embedding import SentenceTransformerEmbedder as E\n"
+        "texts = ['passage %d ' % i + 'word ' * (i % 11) for i in range(40)]\n"
+        "torch.set_num_threads(2)\n"
+        "many = E(model=sys.argv[1], device='cpu', batch_size=4, streams=5)\n"
+        "many.embed(texts)\n"
+        "assert many.streams == 2 and many._pool._max_workers == 2, many.streams\n"
+        "assert torch.get_num_threads() == 1, torch.get_num_threads()\n"
+        "lone = E(model=sys.argv[1], device='cpu', batch_size=4, streams=3)\n"
+        "lone.embed(texts)  # one math thread left: one stream, on the caller's thread\n"
+        "assert lone.streams == 1 and lone._pool is None, lone.streams\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, minilm_path], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_ingesting_commands_default_to_a_stream_per_math_thread() -> None:
+    from es_rag.cli.common import MAX_DEFAULT_STREAMS, ingest_streams
+
+    assert ingest_streams(Settings(), 2).embedding_streams == 2
+    assert ingest_streams(Settings(), 0).embedding_streams == 1
+    assert ingest_streams(Settings(), 64).embedding_streams == MAX_DEFAULT_STREAMS
+    # the user's choice wins, from the environment or given
+    assert ingest_streams(Settings(embedding_streams=1), 4).embedding_streams == 1
+    os.environ["ES_RAG_EMBEDDING_STREAMS"] = "3"
+    try:
+        assert ingest_streams(Settings(), 2).embedding_streams == 3
+    finally:
+        del os.environ["ES_RAG_EMBEDDING_STREAMS"]
+
+
+def test_inline_ingest_embeds_in_streams_and_queued_ingest_does_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The CLI's wiring only (the streams themselves are tested above): the settings the
+    ingest command builds its Ingestor with, stopped right there."""
+    from typer.testing import CliRunner
+
+    import es_rag.pipeline
+    from es_rag.cli import app
+
+    seen: list[int] = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(settings: Settings) -> None:
+        seen.append(settings.embedding_streams)
+        raise Stop
+
+    monkeypatch.setattr(es_rag.pipeline, "Ingestor", capture)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.delenv("ES_RAG_EMBEDDING_STREAMS", raising=False)
+    note = tmp_path / "note.md"
+    note.write_text("# A note\n\nSome text.\n")
+    runner = CliRunner()
+    for extra in ([], ["--queue"]):
+        result = runner.invoke(app, ["ingest", str(note), "--tenant", "t", "--public", *extra])
+        assert isinstance(result.exception, Stop), result.output
+    assert seen == [2, 1]
 
 
 def test_dims_probe_is_lazy_and_single() -> None:
