@@ -137,9 +137,10 @@ class Settings(BaseSettings):
         ge=1,
         description="batches of one call embedded side by side on threads of their own, each "
         "with its share of the math threads (sentence-transformers with torch on the CPU; "
-        "other backends embed one batch at a time). Faster for ingestion: `es-rag worker` "
-        "sets it to its math threads when unset; a serving process keeps 1, so that one "
-        "query gets every thread",
+        "other backends embed one batch at a time; never more streams than math threads). "
+        "Faster for ingestion: `es-rag worker` and inline `es-rag ingest` set it to their "
+        "math threads (at most 8) when unset; a serving process keeps 1, so that one query "
+        "gets every thread",
     )
     embedding_max_length: int = 512
     embedding_normalize: bool = True

@@ -609,12 +609,15 @@ class Ingestor(Parts):
         doc_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         on_result: Callable[[IngestResult], None] | None = None,
-        batch_docs: int = 32,
+        batch_docs: int = 128,
+        batch_chars: int = 256 * 1024,
     ) -> list[IngestResult]:
         """Ingest files and folders; a bad file is reported and the others still ingest.
 
-        Files are read and ingested in batches of ``batch_docs`` so that many small files
-        share embedding batches and bulk requests.
+        Files are read and ingested in batches of up to ``batch_docs`` files and
+        ``batch_chars`` characters of text, so that many small files share embedding
+        batches and bulk requests: an embedding call needs more than two batches of texts
+        before its streams share them out (at 32 one-chunk files a call had two).
         """
         files = list(expand_paths(paths))
         if doc_id is not None and len(files) != 1:
@@ -628,6 +631,7 @@ class Ingestor(Parts):
                 on_result(result)
 
         batch: list[Document] = []
+        chars = 0
         readable = [(path, doc_id or str(path)) for path, problem in files if problem is None]
         unchanged: dict[str, IngestResult] = {}
         try:
@@ -638,10 +642,11 @@ class Ingestor(Parts):
         flushed = False
 
         def flush() -> None:
-            nonlocal unavailable, flushed
+            nonlocal unavailable, flushed, chars
             if not batch:
                 return
             flushed = True
+            chars = 0
             try:
                 done = self.ingest_many(batch)
             except EngineUnavailableError as exc:
@@ -674,14 +679,15 @@ class Ingestor(Parts):
                 report(unchanged[given])
                 continue
             try:
-                batch.append(
-                    load_document(
-                        path, parser=self.parser, acl=acl, doc_id=doc_id, metadata=metadata
-                    )
+                doc = load_document(
+                    path, parser=self.parser, acl=acl, doc_id=doc_id, metadata=metadata
                 )
             except EsRagError as exc:
                 report(_failed(given, exc, tenant=acl.tenant_id))
-            if len(batch) >= batch_docs:
+            else:
+                batch.append(doc)
+                chars += len(doc.text) + sum(len(e.text) for e in doc.elements)
+            if len(batch) >= batch_docs or chars >= batch_chars:
                 flush()
         flush()
         if flushed and self._ready and not unavailable:

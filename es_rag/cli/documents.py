@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from es_rag.cli import render
-from es_rag.cli.common import fail, run, settings_of, tenant_of
+from es_rag.cli.common import fail, ingest_streams, run, settings_of, tenant_of
 
 
 def init(ctx: typer.Context) -> None:
@@ -85,6 +86,10 @@ def ingest(
         if not sep or not key:
             fail(f"--meta expects KEY=VALUE, got {item!r}")
         metadata[key] = value
+    if not queue:
+        # Inline, this process embeds the files itself and nothing else: streams, as a worker.
+        omp = os.environ.get("OMP_NUM_THREADS", "")
+        settings = ingest_streams(settings, int(omp) if omp.isdigit() else (os.cpu_count() or 1))
     ingestor = Ingestor(settings)
     if queue:
         from es_rag.jobs.payloads import AclPayload  # the queue's imports (Celery) only here

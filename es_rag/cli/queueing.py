@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from es_rag.cli import render
-from es_rag.cli.common import fail, run, settings_of, tenant_of
+from es_rag.cli.common import fail, ingest_streams, run, settings_of, tenant_of
 
 OnlyTenant = Annotated[str | None, typer.Option(help="only this tenant's documents")]
 
@@ -33,13 +33,9 @@ def worker(
     # threads thrash. OMP_NUM_THREADS set by the user wins.
     threads = max(1, (os.cpu_count() or 1) // (concurrency if pool == "prefork" else 1))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    if "embedding_streams" not in settings.model_fields_set:
-        # A worker embeds many texts a call: one stream per math thread outruns one stream
-        # with all of them (README, "Ingestion through the queue"). Not in a thread pool,
-        # whose tasks already share the threads.
-        omp = os.environ["OMP_NUM_THREADS"]
-        math = int(omp) if pool != "threads" and omp.isdigit() else 1
-        settings = settings.model_copy(update={"embedding_streams": max(1, math)})
+    # Not in a thread pool, whose tasks already share the threads.
+    omp = os.environ["OMP_NUM_THREADS"]
+    settings = ingest_streams(settings, int(omp) if pool != "threads" and omp.isdigit() else 1)
     celery_app = make_app(settings)
     import workers.tasks  # noqa: F401  (registers the tasks on the default app's name)
 

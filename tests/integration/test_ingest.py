@@ -435,6 +435,46 @@ def test_reingest_of_unchanged_files_parses_nothing(
     assert parser.calls == 10
 
 
+class CountingBatches(Ingestor):
+    """Records how many documents each batch of ``ingest_paths`` hands to ``ingest_many``."""
+
+    sizes: list[int]
+
+    def ingest_many(self, docs, *, refresh=False):  # type: ignore[no-untyped-def]
+        self.sizes.append(len(docs))
+        return super().ingest_many(docs, refresh=refresh)
+
+
+def test_files_are_ingested_in_batches_capped_by_count_and_by_text(
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    embedder,  # type: ignore[no-untyped-def]
+    analyzer,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """Many small files share a call (and its embedding streams); a batch closes at its
+    file count or its text, whichever comes first, and a bad file fails alone."""
+    settings = make_settings()
+    ingestor = CountingBatches(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    ingestor.sizes = []
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\n" + f"Pump {i} seals leak. " * 20)
+    (folder / "n3x.pdf").write_bytes(b"%PDF-1.7\n" + b"\x00broken" * 50)  # corrupt: fails alone
+    results = ingestor.ingest_paths([folder], acl=ACL, batch_docs=4)
+    assert sorted(r.status for r in results) == ["failed"] + ["indexed"] * 6
+    assert ingestor.sizes == [4, 2]  # the PDF failed before it joined a batch
+    ingestor.sizes = []
+    small = make_settings()
+    by_text = CountingBatches(small, client=engine, embedder=embedder, analyzer=analyzer)
+    by_text.sizes = []
+    one = len((folder / "n0.md").read_text())
+    results = by_text.ingest_paths([folder], acl=ACL, batch_chars=2 * one)
+    assert sorted(r.status for r in results) == ["failed"] + ["indexed"] * 6
+    assert sum(by_text.sizes) == 6 and max(by_text.sizes) <= 2 and len(by_text.sizes) >= 3
+
+
 def test_an_index_made_before_file_stamps_gains_the_field(
     make_settings: Callable[..., Settings],
     engine: Engine,
