@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 def child(args: argparse.Namespace) -> None:
     """One side, one round: ingest the folder into a fresh index, then embed its texts."""
     from es_rag.acl import make_acl
-    from es_rag.cli.common import ingest_streams
+    from es_rag.cli.common import ingest_streams, math_threads
     from es_rag.config import Settings
     from es_rag.pipeline import Ingestor
 
@@ -47,8 +47,7 @@ def child(args: argparse.Namespace) -> None:
     if args.streams == "one":
         settings = base.model_copy(update={"embedding_streams": 1})
     else:  # what `es-rag ingest` picks when the user has not
-        omp = os.environ.get("OMP_NUM_THREADS", "")
-        settings = ingest_streams(base, int(omp) if omp.isdigit() else (os.cpu_count() or 1))
+        settings = ingest_streams(base, math_threads())
     from bench_queue import embedded_texts
 
     ingestor = Ingestor(settings)

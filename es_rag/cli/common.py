@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -27,6 +28,15 @@ def settings_of(ctx: typer.Context, **extra: Any) -> Settings:
 # Streams an ingesting command sets by itself: each holds a batch's activations (about
 # half a GB for a bge-m3-sized model at 16 texts of 512 tokens), so many-core hosts stop here.
 MAX_DEFAULT_STREAMS = 8
+
+
+def math_threads(default: int | None = None) -> int:
+    """The process's math threads: ``OMP_NUM_THREADS`` when it is a count, else ``default``
+    (the cores when not given)."""
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit():
+        return int(omp)
+    return default if default is not None else (os.cpu_count() or 1)
 
 
 def ingest_streams(settings: Settings, math_threads: int) -> Settings:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from es_rag.cli import render
-from es_rag.cli.common import fail, ingest_streams, run, settings_of, tenant_of
+from es_rag.cli.common import fail, ingest_streams, math_threads, run, settings_of, tenant_of
 
 
 def init(ctx: typer.Context) -> None:
@@ -88,8 +87,7 @@ def ingest(
         metadata[key] = value
     if not queue:
         # Inline, this process embeds the files itself and nothing else: streams, as a worker.
-        omp = os.environ.get("OMP_NUM_THREADS", "")
-        settings = ingest_streams(settings, int(omp) if omp.isdigit() else (os.cpu_count() or 1))
+        settings = ingest_streams(settings, math_threads())
     ingestor = Ingestor(settings)
     if queue:
         from es_rag.jobs.payloads import AclPayload  # the queue's imports (Celery) only here

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from es_rag.cli import render
-from es_rag.cli.common import fail, ingest_streams, run, settings_of, tenant_of
+from es_rag.cli.common import fail, ingest_streams, math_threads, run, settings_of, tenant_of
 
 OnlyTenant = Annotated[str | None, typer.Option(help="only this tenant's documents")]
 
@@ -34,8 +34,7 @@ def worker(
     threads = max(1, (os.cpu_count() or 1) // (concurrency if pool == "prefork" else 1))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     # Not in a thread pool, whose tasks already share the threads.
-    omp = os.environ["OMP_NUM_THREADS"]
-    settings = ingest_streams(settings, int(omp) if pool != "threads" and omp.isdigit() else 1)
+    settings = ingest_streams(settings, math_threads(default=1) if pool != "threads" else 1)
     celery_app = make_app(settings)
     import workers.tasks  # noqa: F401  (registers the tasks on the default app's name)
 

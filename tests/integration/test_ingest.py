@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -438,7 +439,9 @@ def test_reingest_of_unchanged_files_parses_nothing(
 class CountingBatches(Ingestor):
     """Records how many documents each batch of ``ingest_paths`` hands to ``ingest_many``."""
 
-    sizes: list[int]
+    def __init__(self, settings: Settings, **parts: Any) -> None:
+        super().__init__(settings, **parts)
+        self.sizes: list[int] = []
 
     def ingest_many(self, docs, *, refresh=False):  # type: ignore[no-untyped-def]
         self.sizes.append(len(docs))
@@ -456,7 +459,6 @@ def test_files_are_ingested_in_batches_capped_by_count_and_by_text(
     file count or its text, whichever comes first, and a bad file fails alone."""
     settings = make_settings()
     ingestor = CountingBatches(settings, client=engine, embedder=embedder, analyzer=analyzer)
-    ingestor.sizes = []
     folder = tmp_path / "notes"
     folder.mkdir()
     for i in range(6):
@@ -465,10 +467,8 @@ def test_files_are_ingested_in_batches_capped_by_count_and_by_text(
     results = ingestor.ingest_paths([folder], acl=ACL, batch_docs=4)
     assert sorted(r.status for r in results) == ["failed"] + ["indexed"] * 6
     assert ingestor.sizes == [4, 2]  # the PDF failed before it joined a batch
-    ingestor.sizes = []
-    small = make_settings()
-    by_text = CountingBatches(small, client=engine, embedder=embedder, analyzer=analyzer)
-    by_text.sizes = []
+    # a fresh index, so that nothing is skipped as unchanged
+    by_text = CountingBatches(make_settings(), client=engine, embedder=embedder, analyzer=analyzer)
     one = len((folder / "n0.md").read_text())
     results = by_text.ingest_paths([folder], acl=ACL, batch_chars=2 * one)
     assert sorted(r.status for r in results) == ["failed"] + ["indexed"] * 6

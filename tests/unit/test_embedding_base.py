@@ -274,9 +274,18 @@ def test_invalid_streams() -> None:
         Settings(embedding_streams=0)
 
 
+def run_child(code: str, model_path: str) -> None:
+    """Run ``code`` (which ends by printing ok) in a fresh interpreter: streams set the
+    process's math threads, which must not leak into the other tests."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, model_path], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
 def test_a_local_model_in_streams_gives_the_vectors_of_one_stream(minilm_path: str) -> None:
-    """Real all-MiniLM-L6-v2 through sentence-transformers, in a child process: streams
-    set the process's math threads, which must not leak into the other tests."""
+    """Real all-MiniLM-L6-v2 through sentence-transformers, in a child process."""
     code = (
         "import sys, numpy as np, torch\n"
         "from es_rag.embedding import SentenceTransformerEmbedder as E\n"
@@ -293,11 +302,7 @@ def test_a_local_model_in_streams_gives_the_vectors_of_one_stream(minilm_path: s
         "    np.testing.assert_allclose(two.embed(texts), one, atol=2e-5)\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(
-        [sys.executable, "-c", code, minilm_path], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+    run_child(code, minilm_path)
 
 
 def test_more_streams_than_math_threads_are_cut_to_the_threads(minilm_path: str) -> None:
@@ -317,11 +322,7 @@ def test_more_streams_than_math_threads_are_cut_to_the_threads(minilm_path: str)
         "assert lone.streams == 1 and lone._pool is None, lone.streams\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(
-        [sys.executable, "-c", code, minilm_path], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+    run_child(code, minilm_path)
 
 
 def test_ingesting_commands_default_to_a_stream_per_math_thread() -> None:
