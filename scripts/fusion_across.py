@@ -14,7 +14,8 @@ over the top 50 too; and two query-adaptive z-score fusions: weights from each r
 top z (``z-top``, power p) and a bonus for chunks both retrievers returned (``z-mnz``); and
 kNN, RRF and z-score with the kNN list of the question's sentences (``knn_sentences`` of
 ``fusion_study.py``: each chunk at its best similarity to the question or one of its
-sentences; files without it use the kNN list). For each
+sentences; files without it use the kNN list); and z-score fusion with each BM25 score
+taken as log(1 + score) first (``z-log``, the searcher's). For each
 collection the candidate with the best mean nDCG@10 relative to RRF on the *other*
 collections is chosen and reported on this one. Prints one JSON object.
 """
@@ -51,6 +52,7 @@ def candidates() -> dict[str, Method]:
         out[f"cc-doc a={a:g}"] = lambda x, a=a: fs.fuse_cc(fs.doc_level(x), alpha=a)
         out[f"z a={a:g}"] = lambda x, a=a: fs.fuse_z(x, alpha=a)
         out[f"z-doc a={a:g}"] = lambda x, a=a: fs.fuse_z(fs.doc_level(x), alpha=a)
+        out[f"z-log a={a:g}"] = lambda x, a=a: fs.fuse_z(fs.log_bm25(x), alpha=a)
     out["rrf window=50"] = lambda x: fs.fuse_rrf(x, k=60, w=1.0, window=50)
     out["z window=50"] = lambda x: fs.fuse_z_top(x, power=0.0, window=50)
     for p in (0.5, 1.0, 2.0, 3.0):
@@ -60,6 +62,7 @@ def candidates() -> dict[str, Method]:
     out["knn sentences"] = lambda x: [d for d, _ in x["knn_sentences"]]
     out["rrf sentences"] = lambda x: fs.fuse_rrf(by_sentence(x), k=60, w=1.0, window=100)
     out["z sentences"] = lambda x: fs.fuse_z(by_sentence(x), alpha=0.5)
+    out["z-log sentences"] = lambda x: fs.fuse_z(fs.log_bm25(by_sentence(x)), alpha=0.5)
     return out
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -129,6 +130,12 @@ def zscore(items: list[tuple[str, float]]) -> tuple[dict[str, float], float]:
     mean, std = statistics.fmean(values), statistics.pstdev(values)
     z = {d: (s - mean) / std if std > 0 else 0.0 for d, s in items}
     return z, min(z.values())
+
+
+def log_bm25(lists: Lists) -> Lists:
+    """The lists with each BM25 score taken as log(1 + score), as the searcher's z-score
+    fusion takes them (es_rag.query.fusion.zscore)."""
+    return {**lists, "bm25": [(d, math.log1p(max(s, 0.0))) for d, s in lists["bm25"]]}
 
 
 def fuse_z(lists: Lists, *, alpha: float) -> list[str]:

@@ -9,7 +9,8 @@ nothing from it. The same function serves ``client-rrf`` and the explanations of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -134,6 +135,7 @@ def zscore(
     *,
     rank_window_size: int = 50,
     weights: Mapping[str, float] | None = None,
+    log_scores: Collection[str] = (),
 ) -> list[Fused]:
     """Weighted mean of z-normalised scores, measured from each list's last place.
 
@@ -144,6 +146,14 @@ def zscore(
     the plain z does but keeps every share and every fused score non-negative, as search
     scores are in Elasticsearch. Unlike min-max, one outlying top score does not squash the
     rest of the list. Ties break as in :func:`rrf`.
+
+    The retrievers named in ``log_scores`` have each score taken as ``log(1 + score)``
+    first. A z-score reads a list as if its scores were spread symmetrically about their
+    mean; BM25's top 100 are not (a few long-tailed high scores above a dense shoulder), so
+    its best hits stood further from the mean than kNN's similarities did, for the same
+    confidence, and BM25 outvoted a kNN list that was right. The logarithm evens that
+    skew; the searcher asks it for BM25 (7 of 7 folds of a leave-one-collection-out
+    choice, README "Seven dev collections").
     """
     weights = dict(weights or {})
     names = list(scored)
@@ -155,6 +165,8 @@ def zscore(
         seen = _window(scored[name], rank_window_size)
         if not seen:
             continue
+        if name in log_scores:
+            seen = {d: math.log1p(max(v, 0.0)) for d, v in seen.items()}
         mean = sum(seen.values()) / len(seen)
         std = (sum((v - mean) ** 2 for v in seen.values()) / len(seen)) ** 0.5
         z = {d: (v - mean) / std if std > 0 else 0.0 for d, v in seen.items()}

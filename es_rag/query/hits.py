@@ -15,6 +15,8 @@ from es_rag.query.fusion import linear, rrf, rrf_contribution, zscore
 from es_rag.types import Hit
 
 RETRIEVERS = ("bm25", "knn")
+# z-score fusion reads BM25's scores as log(1 + score): es_rag.query.fusion.zscore says why
+LOG_SCORES = frozenset({"bm25"})
 _RRF_RANKS = re.compile(r"computed for initial ranks \[([0-9, ]*)\]")
 _QUERY_INDEX = re.compile(r"in query at index \[(\d+)\]")
 
@@ -101,7 +103,8 @@ def client_fused(
     """The BM25 and kNN responses of one ``_msearch``, fused here.
 
     ``method`` is ``rrf`` (reciprocal rank fusion), ``linear`` (convex combination of
-    min-max normalised scores) or ``zscore`` (of z-scores); es_rag.query.fusion holds them.
+    min-max normalised scores) or ``zscore`` (of z-scores, BM25's of log(1 + score));
+    es_rag.query.fusion holds them.
     """
     by_id: dict[str, dict[str, Any]] = {}
     raw_scores: dict[str, dict[str, float]] = {}
@@ -117,8 +120,12 @@ def client_fused(
         rankings[name] = ids
     if method in ("linear", "zscore"):
         scored = {n: [(d, raw_scores[d][n]) for d in ids] for n, ids in rankings.items()}
-        fuse = linear if method == "linear" else zscore
-        fused = fuse(scored, rank_window_size=window, weights=dict(weights))
+        if method == "linear":
+            fused = linear(scored, rank_window_size=window, weights=dict(weights))
+        else:
+            fused = zscore(
+                scored, rank_window_size=window, weights=dict(weights), log_scores=LOG_SCORES
+            )
     else:
         fused = rrf(
             rankings, rank_constant=rank_constant, rank_window_size=window, weights=dict(weights)

@@ -211,7 +211,8 @@ def test_search_requires_tenant(indexed: Searcher) -> None:
 
 @pytest.mark.parametrize("method", ["linear", "zscore"])
 def test_score_fusion_equals_offline_fusion(indexed: Searcher, method: str) -> None:
-    """Score fusion fuses the same two searches exactly as the pure function does."""
+    """Score fusion fuses the same two searches exactly as the pure function does (z-score
+    fusion reading BM25's scores as log(1 + score))."""
     from es_rag.query import fusion
 
     indexed = variant(indexed, feedback_chunks=0)  # fusion alone, no second round
@@ -226,6 +227,7 @@ def test_score_fusion_equals_offline_fusion(indexed: Searcher, method: str) -> N
             "knn": [(h.chunk_id, h.score) for h in knn],
         },
         rank_window_size=window,
+        **({"log_scores": {"bm25"}} if method == "zscore" else {}),
     )
     got = indexed.search(query, caller=who, k=5, strategy=f"client-{method}")
     assert got.strategy == f"client-{method}"
@@ -319,6 +321,7 @@ def test_a_question_of_several_sentences_ranks_chunks_at_their_best_sentence(
     expected = zscore(
         {"bm25": [(h.chunk_id, float(h.scores["bm25"] or 0.0)) for h in bm25], "knn": knn},
         rank_window_size=window,
+        log_scores={"bm25"},
     )
     response = indexed.search(question, caller=who, k=5, strategy="client-zscore")
     assert response.sentences == tuple(parts)

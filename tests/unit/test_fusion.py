@@ -114,3 +114,26 @@ def test_linear_fusion_hand_computed() -> None:
     assert single[0].score == pytest.approx(0.5)  # one hit normalises to 1, half the weight
     window = {f.doc_id for f in linear(scored, rank_window_size=1)}
     assert window == {"a", "b"}
+
+
+def test_zscore_reads_the_named_retrievers_scores_as_their_logarithm() -> None:
+    """``log_scores`` z-normalises log(1 + score): the same fusion as of pre-logged lists,
+    and on a BM25 list whose top stretches far above the rest, the logarithm shortens that
+    stretch, so kNN's clear first (c) is no longer outvoted by BM25's first (a)."""
+    import math
+
+    from es_rag.query.fusion import zscore
+
+    bm25 = [("a", 20.0), ("b", 16.0), ("c", 12.0), ("d", 9.0)]
+    knn = [("c", 0.74), ("d", 0.67), ("a", 0.65), ("b", 0.61)]
+    plain = zscore({"bm25": bm25, "knn": knn}, rank_window_size=10)
+    logged = zscore({"bm25": bm25, "knn": knn}, rank_window_size=10, log_scores={"bm25"})
+    by_hand = zscore(
+        {"bm25": [(d, math.log1p(v)) for d, v in bm25], "knn": knn}, rank_window_size=10
+    )
+    assert [f.doc_id for f in plain][:2] == ["a", "c"]
+    assert [f.doc_id for f in logged][:2] == ["c", "a"]
+    assert [(f.doc_id, f.score) for f in logged] == [
+        (f.doc_id, pytest.approx(f.score)) for f in by_hand
+    ]
+    assert min(f.score for f in logged) >= 0  # still counted from each list's floor
