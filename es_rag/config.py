@@ -265,9 +265,10 @@ class Settings(BaseSettings):
     k: int = 10
     fusion: Literal["rrf", "linear", "zscore"] = Field(
         default="zscore",
-        description="what `auto` fuses with: zscore (z-score combination, the best across "
-        "the seven dev collections) or linear (min-max combination), both client-side over "
-        "one _msearch; or rrf (native where the cluster has it); see README for the evidence",
+        description="what `auto` fuses with: zscore (z-score combination, BM25's scores as "
+        "log(1 + score), the best across the seven dev collections) or linear (min-max "
+        "combination), both client-side over one _msearch; or rrf (native where the cluster "
+        "has it); see README for the evidence",
     )
     rank_constant: int = 60
     rank_window_size: int = 50

@@ -15,7 +15,8 @@ top z (``z-top``, power p) and a bonus for chunks both retrievers returned (``z-
 kNN, RRF and z-score with the kNN list of the question's sentences (``knn_sentences`` of
 ``fusion_study.py``: each chunk at its best similarity to the question or one of its
 sentences; files without it use the kNN list); and z-score fusion with each BM25 score
-taken as log(1 + score) first (``z-log``, the searcher's). For each
+taken as log(1 + score) first (``z-log``, the searcher's), with each list's skewness (the
+median over queries) that motivates it. For each
 collection the candidate with the best mean nDCG@10 relative to RRF on the *other*
 collections is chosen and reported on this one. Prints one JSON object.
 """
@@ -63,12 +64,32 @@ def candidates() -> dict[str, Method]:
     out["rrf sentences"] = lambda x: fs.fuse_rrf(by_sentence(x), k=60, w=1.0, window=100)
     out["z sentences"] = lambda x: fs.fuse_z(by_sentence(x), alpha=0.5)
     out["z-log sentences"] = lambda x: fs.fuse_z(fs.log_bm25(by_sentence(x)), alpha=0.5)
+    out["z sentences window=50"] = lambda x: fs.fuse_z_top(by_sentence(x), power=0.0, window=50)
+    out["z-log sentences window=50"] = lambda x: fs.fuse_z_top(
+        fs.log_bm25(by_sentence(x)), power=0.0, window=50
+    )
     return out
 
 
 def by_sentence(lists: fs.Lists) -> fs.Lists:
     """The lists with the kNN side taken from the question's sentences."""
     return {"bm25": lists["bm25"], "knn": lists["knn_sentences"]}
+
+
+def skews(lists: dict[str, fs.Lists]) -> dict[str, float]:
+    """The median over queries of each list's skewness (of its top 100 scores): how far
+    the list is from the symmetric spread a z-score reads it as having."""
+    from scipy.stats import skew
+
+    out = {}
+    for name, pick in (
+        ("bm25", lambda x: x["bm25"]),
+        ("knn", lambda x: x["knn"]),
+        ("log bm25", lambda x: fs.log_bm25(x)["bm25"]),
+    ):
+        values = [[v for _, v in pick(ls)[:100]] for ls in lists.values()]
+        out[name] = statistics.median(float(skew(v)) for v in values if len(v) >= 20)
+    return out
 
 
 def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, float]]:
@@ -82,7 +103,7 @@ def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, flo
     for ls in lists.values():  # files kept before the sentences' list
         ls.setdefault("knn_sentences", ls["knn"])
     qrels = saved["qrels"]
-    scores = {}
+    scores = {f"skew {n}": v for n, v in skews(lists).items()}
     for name, fn in methods.items():
         per_query = [
             ndcg_at_k(dedupe([fs.DOC_OF[i] for i in fn(lists[q])]), qrels[q], 10) for q in lists
@@ -95,6 +116,7 @@ def main() -> None:
     methods = candidates()
     table = dict(evaluate(Path(p), methods) for p in sys.argv[1:])
     fused = [m for m in methods if m not in ("bm25", "knn", "knn sentences")]
+    skew_keys = ("skew bm25", "skew knn", "skew log bm25")
     report: dict[str, Any] = {}
     for name, scores in table.items():
         others = [n for n in table if n != name]
@@ -110,7 +132,8 @@ def main() -> None:
             "held_out": round(scores[chosen], 4),
             "vs_rrf": round(scores[chosen] / scores["rrf"], 4),
             "vs_best_single": round(scores[chosen] - best_single, 4),
-            "all": {m: round(v, 4) for m, v in scores.items()},
+            "skew": {k[5:]: round(scores[k], 2) for k in skew_keys},
+            "all": {m: round(v, 4) for m, v in scores.items() if m not in skew_keys},
         }
     overall = max(fused, key=lambda m: statistics.fmean(t[m] / t["rrf"] for t in table.values()))
     report["chosen_on_all"] = overall
