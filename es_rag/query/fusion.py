@@ -152,8 +152,8 @@ def zscore(
     mean; BM25's top 100 are not (a few long-tailed high scores above a dense shoulder), so
     its best hits stood further from the mean than kNN's similarities did, for the same
     confidence, and BM25 outvoted a kNN list that was right. The logarithm evens that
-    skew; the searcher asks it for BM25 (7 of 7 folds of a leave-one-collection-out
-    choice, README "Seven dev collections").
+    skew; the searcher asks it for BM25 (chosen on 7 of 7 folds of a leave-one-collection-out
+    choice: README, "BM25's scores as logarithms before the z-score").
     """
     weights = dict(weights or {})
     names = list(scored)
