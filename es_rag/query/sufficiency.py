@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from es_rag.acl import acl_filter
 from es_rag.errors import EsRagError
 from es_rag.query import build
+from es_rag.query.hits import LOG_SCORES
 from es_rag.query.strategies.base import Request
 from es_rag.types import Caller, SearchResponse
 
@@ -174,8 +175,11 @@ class Calibration:
 def recipe_of(settings: Settings) -> str:
     """What decides which hits a question's best similarity is read from: the strategy
     and fusion, how many candidates each side and the context consider, and feedback."""
+    fusion: str = settings.fusion
+    if fusion == "zscore":  # named by what it reads, so a calibration under plain z is stale
+        fusion += "".join(f"+log({name})" for name in sorted(LOG_SCORES))
     recipe = (
-        f"{settings.strategy}/{settings.fusion}/k={settings.context_candidates}"
+        f"{settings.strategy}/{fusion}/k={settings.context_candidates}"
         f"/window={settings.rank_window_size}/candidates={settings.num_candidates}"
     )
     if settings.feedback_chunks:

@@ -62,6 +62,9 @@ def test_calibration_goes_stale_with_the_model_recipe_or_a_much_changed_index() 
     from es_rag.config import Settings
 
     recipe = suf.recipe_of(Settings())
+    # z-score fusion reads BM25 as logarithms since 2026-12-06: a calibration recorded under
+    # the plain z-score ("auto/zscore/...") is another recipe, measured again
+    assert "/zscore+log(bm25)/" in recipe
     cal = suf.from_probes([{"best_knn": 0.7}] * 20, model="a", rows=1000, recipe=recipe)
     assert cal.stale(model="a", rows=1500, recipe=recipe) is None
     assert "model" in (cal.stale(model="b", rows=1000, recipe=recipe) or "")
@@ -81,6 +84,10 @@ def test_calibration_goes_stale_with_the_model_recipe_or_a_much_changed_index() 
     assert again.stale(model="a", rows=1000, recipe=recipe) is None
     old = {**cal.to_meta(), "version": 0}
     assert suf.Calibration.from_meta(old).stale(model="a", rows=1000, recipe=recipe)
+    plain_z = {**cal.to_meta(), "recipe": recipe.replace("+log(bm25)", "")}
+    assert "recipe" in (
+        suf.Calibration.from_meta(plain_z).stale(model="a", rows=1000, recipe=recipe) or ""
+    )
     unrecorded = {k: v for k, v in cal.to_meta().items() if k != "recipe"}
     assert suf.Calibration.from_meta(unrecorded).stale(model="a", rows=1000, recipe=recipe)
 
