@@ -228,3 +228,13 @@ def test_errors_map_to_4xx_or_503_with_retry_after() -> None:
     for exc in (LimitError("x"), FilterError("x"), ConfigurationError("x")):
         assert error_status(exc) == (400, {})
     assert _snake("RateLimited") == "rate_limited" and _snake("FilterError") == "filter_error"
+
+
+def test_key_ids_never_begin_with_a_dash() -> None:
+    """An id the CLI must take as an argument (``es-rag keys revoke ID``) cannot look like
+    an option; 4,000 draws would hold about 62 such ids if nothing prevented them."""
+    from es_rag.serve.keys import new_key_id
+
+    ids = [new_key_id() for _ in range(4000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert len(set(ids)) == len(ids) and all(len(i) == 20 for i in ids)
