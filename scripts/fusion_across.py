@@ -92,7 +92,9 @@ def skews(lists: dict[str, fs.Lists]) -> dict[str, float]:
     return out
 
 
-def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, float]]:
+def evaluate(
+    path: Path, methods: dict[str, Method]
+) -> tuple[str, dict[str, float], dict[str, float]]:
     saved = json.loads(path.read_text())
     fs.DOC_OF.clear()
     fs.DOC_OF.update(saved["doc_of"])
@@ -103,20 +105,21 @@ def evaluate(path: Path, methods: dict[str, Method]) -> tuple[str, dict[str, flo
     for ls in lists.values():  # files kept before the sentences' list
         ls.setdefault("knn_sentences", ls["knn"])
     qrels = saved["qrels"]
-    scores = {f"skew {n}": v for n, v in skews(lists).items()}
+    scores = {}
     for name, fn in methods.items():
         per_query = [
             ndcg_at_k(dedupe([fs.DOC_OF[i] for i in fn(lists[q])]), qrels[q], 10) for q in lists
         ]
         scores[name] = statistics.fmean(per_query)
-    return saved["name"], scores
+    return saved["name"], scores, skews(lists)
 
 
 def main() -> None:
     methods = candidates()
-    table = dict(evaluate(Path(p), methods) for p in sys.argv[1:])
+    evaluated = [evaluate(Path(p), methods) for p in sys.argv[1:]]
+    table = {name: scores for name, scores, _ in evaluated}
+    skew = {name: s for name, _, s in evaluated}
     fused = [m for m in methods if m not in ("bm25", "knn", "knn sentences")]
-    skew_keys = ("skew bm25", "skew knn", "skew log bm25")
     report: dict[str, Any] = {}
     for name, scores in table.items():
         others = [n for n in table if n != name]
@@ -132,8 +135,8 @@ def main() -> None:
             "held_out": round(scores[chosen], 4),
             "vs_rrf": round(scores[chosen] / scores["rrf"], 4),
             "vs_best_single": round(scores[chosen] - best_single, 4),
-            "skew": {k[5:]: round(scores[k], 2) for k in skew_keys},
-            "all": {m: round(v, 4) for m, v in scores.items() if m not in skew_keys},
+            "skew": {k: round(v, 2) for k, v in skew[name].items()},
+            "all": {m: round(v, 4) for m, v in scores.items()},
         }
     overall = max(fused, key=lambda m: statistics.fmean(t[m] / t["rrf"] for t in table.values()))
     report["chosen_on_all"] = overall
