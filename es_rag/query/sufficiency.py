@@ -15,13 +15,14 @@ carries its own scale with a calibration the index measures for itself, without 
   questions this index cannot answer score.
 
 Calibration (:func:`calibrate`) asks the index questions it cannot answer: spans cut from
-a seeded sample of its own chunks, each asked with its source document filtered out (the
-situation of a question about a document nobody indexed). The median and 90th percentile
-of their best similarities are stored in the index's ``_meta`` with the model, the corpus
-size and the retrieval recipe (strategy, fusion, candidates) they were measured on, so
-every process judges alike, and a new model, a corpus that doubled or halved, or another
-recipe (the best similarity is taken from the hits that recipe returns) triggers a new
-calibration. The threshold sits at
+a seeded sample of its own chunks (several from each chunk of a small index, so that its
+percentiles rest on more than a handful of probes), each asked with its source document
+filtered out (the situation of a question about a document nobody indexed). The median
+and 90th percentile of their best similarities are stored in the index's ``_meta`` with
+the model, the corpus size and the retrieval recipe (strategy, fusion, candidates) they
+were measured on, so every process judges alike, and a new model, a corpus that doubled
+or halved, or another recipe (the best similarity is taken from the hits that recipe
+returns) triggers a new calibration. The threshold sits at
 ``median + strictness × (p90 − median)``; the strictness (default 1.1) was chosen on the
 dev collections leaving each out in turn, and was the same on every fold, for both models.
 """
@@ -55,8 +56,9 @@ log = logging.getLogger(__name__)
 MAX_TERMS = 32  # question terms looked up (one count each, in one _msearch)
 EVIDENCE_HITS = 5  # how many of the best hits may supply the covering chunk
 META_KEY = "sufficiency"  # in the concrete index's mapping _meta
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: several spans per chunk on a small index
 PROBES = 64  # unanswerable probes per calibration
+SPANS_PER_CHUNK = 4  # on an index of fewer than PROBES chunks, up to this many spans each
 MIN_PROBES = 8  # fewer (a tiny index): no dense threshold, the lexical check alone
 REGROWTH = 2.0  # recalibrate when the index has grown (or shrunk) by this factor
 
@@ -216,15 +218,23 @@ def probe_question(text: str, rng: random.Random) -> str | None:
 
 
 def calibrate(
-    searcher: Searcher, *, probes: int = PROBES, seed: int = 0, rows: int | None = None
+    searcher: Searcher,
+    *,
+    probes: int = PROBES,
+    seed: int = 0,
+    rows: int | None = None,
+    spans: int = SPANS_PER_CHUNK,
 ) -> Calibration:
     """Ask the index questions it cannot answer, and record how well they still score.
 
     Each probe is a span of a sampled chunk, asked by someone who may read that chunk
     with the chunk's whole document filtered out: the best similarity a question reaches
     when its answer is missing, in this index, with this model. (Asked with the document
-    present the spans score too easily to say anything about real questions.) ``rows``:
-    the index's searchable chunks, when the caller has just counted them.
+    present the spans score too easily to say anything about real questions.) An index
+    of fewer than ``probes`` chunks is read again, up to ``spans`` times, for other spans
+    of the same chunks: with one probe a chunk, the 90th percentile of a 17-chunk index
+    rests on its top two probes. ``rows``: the index's searchable chunks, when the caller
+    has just counted them.
     """
     served = searcher.generation()
     engine = searcher.engine
@@ -241,20 +251,27 @@ def calibrate(
             }
         },
     }
+    sampled = [hit["_source"] for hit in engine.search(served.index, body)["hits"]["hits"]]
     rng = random.Random(seed)
     negatives: list[Signals] = []
+    asked: set[tuple[str, str]] = set()
     k = searcher.settings.context_candidates
-    for hit in engine.search(served.index, body)["hits"]["hits"]:
+    for _ in range(max(1, spans)):
+        for src in sampled:
+            if len(negatives) >= probes:
+                break
+            question = probe_question(src.get("content") or "", rng)
+            if question is None or (src["doc_id"], question) in asked:
+                continue
+            asked.add((src["doc_id"], question))
+            caller = _reader(src)
+            without = {"bool": {"must_not": [{"term": {"doc_id": src["doc_id"]}}]}}
+            response = searcher.search(
+                question, caller=caller, k=k, clauses=[without], rerank=False
+            )
+            negatives.append(signals(searcher, question, response, caller))
         if len(negatives) >= probes:
             break
-        src = hit["_source"]
-        question = probe_question(src.get("content") or "", rng)
-        if question is None:
-            continue
-        caller = _reader(src)
-        without = {"bool": {"must_not": [{"term": {"doc_id": src["doc_id"]}}]}}
-        response = searcher.search(question, caller=caller, k=k, clauses=[without], rerank=False)
-        negatives.append(signals(searcher, question, response, caller))
     return from_probes(
         negatives,
         model=served.embedder.embedding_version,

@@ -18,6 +18,7 @@ from es_rag.config import Settings
 from es_rag.engine.client import Engine
 from es_rag.query.context import ContextBuilder
 from es_rag.query.search import Searcher
+from es_rag.query.sufficiency import PROBES, SPANS_PER_CHUNK
 from tests.conftest import unique_index
 from tests.integration.conftest import drop_alias
 from tests.integration.test_cli import es_rag
@@ -95,6 +96,8 @@ def test_calibration_is_kept_in_the_index_meta(env: dict[str, str], engine: Engi
     assert proc.returncode == 0, proc.stderr
     first = json.loads(proc.stdout)
     assert first["model"].startswith("st:") and first["probes"] >= 8 and first["rows"] > 0
+    # 17 chunks, fewer than the 64 probes: each is asked again for other spans of it
+    assert first["rows"] < first["probes"] <= min(PROBES, SPANS_PER_CHUNK * first["rows"])
     assert first["knn_median"] <= first["knn_p90"] and first["knn_threshold"] is not None
     stored = engine.mapping(first["index"])["_meta"]["sufficiency"]
     assert stored["measured_at"] == first["measured_at"] and stored["rows"] == first["rows"]
