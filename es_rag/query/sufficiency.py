@@ -233,8 +233,10 @@ def calibrate(
     present the spans score too easily to say anything about real questions.) An index
     of fewer than ``probes`` chunks is read again, up to ``spans`` times, for other spans
     of the same chunks: with one probe a chunk, the 90th percentile of a 17-chunk index
-    rests on its top two probes. ``rows``: the index's searchable chunks, when the caller
-    has just counted them.
+    rests on its top two probes. An index with fewer than ``MIN_PROBES`` chunks to probe
+    gets no further spans, hence no dense threshold: four spans of three chunks describe
+    three chunks, not the index's background. ``rows``: the index's searchable chunks,
+    when the caller has just counted them.
     """
     served = searcher.generation()
     engine = searcher.engine
@@ -270,8 +272,8 @@ def calibrate(
                 question, caller=caller, k=k, clauses=[without], rerank=False
             )
             negatives.append(signals(searcher, question, response, caller))
-        if len(negatives) >= probes:
-            break
+        if len(negatives) >= probes or len(negatives) < MIN_PROBES:
+            break  # full; or too few chunks for a threshold, however many spans each gave
     return from_probes(
         negatives,
         model=served.embedder.embedding_version,

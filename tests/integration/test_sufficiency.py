@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from es_rag.acl import make_caller
+from es_rag.acl import make_acl, make_caller
 from es_rag.config import Settings
 from es_rag.engine.client import Engine
 from es_rag.query.context import ContextBuilder
 from es_rag.query.search import Searcher
-from es_rag.query.sufficiency import PROBES, SPANS_PER_CHUNK
+from es_rag.query.sufficiency import MIN_PROBES, PROBES, SPANS_PER_CHUNK, calibrate
+from es_rag.types import Document
 from tests.conftest import unique_index
 from tests.integration.conftest import drop_alias
 from tests.integration.test_cli import es_rag
@@ -127,3 +128,26 @@ def test_the_operating_point_is_a_setting(env, engine, embedder, analyzer) -> No
     fixed = builder(env, engine, embedder, analyzer, min_knn_score=0.1)  # a fixed one wins
     verdict = fixed.build(mars, caller=alice)
     assert verdict.sufficient is True and "0.1" in verdict.reason
+
+
+def test_a_tiny_index_has_no_dense_threshold(make_settings, ingestor_for, searcher_for) -> None:  # type: ignore[no-untyped-def]
+    """Several spans a chunk steady a small index's percentiles, but three chunks asked
+    four times each are still three chunks: no dense threshold, as with one span each."""
+    settings = make_settings()
+    ingestor = ingestor_for(settings)
+    ingestor.init_index()
+    texts = {
+        "tides": "Tides rise and fall twice a day because the moon pulls on the oceans. "
+        "Spring tides come when the sun and the moon line up with the earth.",
+        "bread": "Bread rises because yeast turns sugar into carbon dioxide gas in the dough. "
+        "A longer cold rise gives the loaf a deeper and more sour flavour.",
+        "bees": "Honey bees tell each other where flowers are with a waggle dance in the hive. "
+        "The angle of the dance points the way relative to the position of the sun.",
+    }
+    acl = make_acl("demo", public=True)
+    ingestor.ingest_many(
+        [Document(doc_id=k, text=v, acl=acl) for k, v in texts.items()], refresh=True
+    )
+    cal = calibrate(searcher_for(settings))
+    assert cal.rows == 3 and 0 < cal.probes < MIN_PROBES
+    assert cal.knn_threshold(1.1) is None
