@@ -34,15 +34,14 @@ import sufficiency_study as study  # noqa: E402
 from es_rag import eval_runner as er  # noqa: E402
 from es_rag.acl import make_caller  # noqa: E402
 from es_rag.config import Settings  # noqa: E402
-from es_rag.datasets import load  # noqa: E402
+from es_rag.datasets import Dataset, load  # noqa: E402
 from es_rag.parts import Parts  # noqa: E402
 from es_rag.pipeline import Ingestor  # noqa: E402
 from es_rag.query import sufficiency  # noqa: E402
 from es_rag.query.search import Searcher  # noqa: E402
 
 
-def one(args: argparse.Namespace, seed: int) -> dict:
-    data = load(Path(args.dataset), args.format)
+def one(args: argparse.Namespace, data: Dataset, seed: int) -> dict:
     kept, labels = study.split(data, 0.4, seed, args.max_queries, args.sample)
     base = Settings()
     settings = base.model_copy(update={"index": f"es-rag-small-{data.name}-{seed}".lower()})
@@ -104,8 +103,9 @@ def main() -> None:
     p.add_argument("--max-queries", type=int, default=300)
     args = p.parse_args()
     args.spans = [int(s) for s in args.spans.split(",")]
+    data = load(Path(args.dataset), args.format)
     for seed in (int(s) for s in args.seeds.split(",")):
-        print(json.dumps(one(args, seed)), flush=True)
+        print(json.dumps(one(args, data, seed)), flush=True)
 
 
 if __name__ == "__main__":
