@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
@@ -58,9 +59,17 @@ MAX_TITLE_WORDS = 25
 MAX_TITLE_CJK = 60
 
 
-def normalize_text(text: str) -> str:
-    """NFKC outside full-width CJK punctuation; invisible characters out; spaces collapsed."""
+def normalize_text(text: str, *, code: bool = False) -> str:
+    """NFKC outside full-width CJK punctuation; invisible characters out; spaces collapsed.
+
+    ``code``: a code block keeps its lines' indentation and inner spacing (Python's
+    indentation is its syntax; aligned columns are its meaning); only the block's common
+    indentation, line ends' spaces and blank lines around it go.
+    """
     text = text.translate(_INVISIBLE)
+    if code:
+        lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+        return textwrap.dedent("\n".join(lines).expandtabs(4)).strip("\n")
     if not text.isascii():
         out, last = [], 0
         for match in _KEEP.finditer(text):
@@ -140,7 +149,7 @@ def is_page_number(text: str) -> bool:
     return bool(_PAGE_NUMBER.match(text.strip())) and len(text.strip()) <= 24
 
 
-def remove_furniture(elements: Sequence[Element]) -> list[Element]:
+def remove_furniture(elements: Sequence[Element], *, layout: bool = True) -> list[Element]:
     """Drop running headers/footers and page numbers, detected across pages.
 
     Candidates are short lines in a page's top or bottom band (es_rag.outline.margins: the
@@ -150,6 +159,9 @@ def remove_furniture(elements: Sequence[Element]) -> list[Element]:
     pages, and on two or more, is furniture; so is one with a number that recurs on three
     or more (a running header that changes with the chapter: "CHAPTER 22. CLASS
     TEMPLATES" on the chapter's even pages), and a candidate that is a page number.
+    ``layout``: pages laid out by a printer (PDF, scans), where a bare number in a margin
+    is a page number; elsewhere (a slide's last line "40", a sheet's) only the parser's
+    own page-number label is.
     """
     by_page: dict[int, list[int]] = defaultdict(list)
     for i, el in enumerate(elements):
@@ -176,7 +188,7 @@ def remove_furniture(elements: Sequence[Element]) -> list[Element]:
     out: list[Element] = []
     for i, el in enumerate(elements):
         if i in candidates and el.kind not in ("table", "code"):
-            if el.kind == "page_number" or is_page_number(el.text):
+            if el.kind == "page_number" or (layout and is_page_number(el.text)):
                 continue
             key = _furniture_key(el)
             if key in recurring or key + " #" in recurring:
@@ -328,7 +340,7 @@ def clean(
     ``outline``: the PDF's bookmarks."""
     out: list[Element] = []
     for el in elements:
-        text = normalize_text(el.text)
+        text = normalize_text(el.text, code=el.kind == "code")
         if text or el.html:
             out.append(replace(el, text=text))
     if guessed_titles:
@@ -343,7 +355,7 @@ def clean(
     entries = usable(outline)
     if entries:
         out = apply_outline(out, entries)
-    out = remove_furniture(out)
+    out = remove_furniture(out, layout=layout)
     if layout:
         out = merge_continuations(out)
     return out

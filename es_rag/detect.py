@@ -35,6 +35,7 @@ HTML = "text/html"
 MARKDOWN = "text/markdown"
 TEXT = "text/plain"
 EMAIL = "message/rfc822"
+RTF = "application/rtf"
 PNG = "image/png"
 JPEG = "image/jpeg"
 TIFF = "image/tiff"
@@ -48,7 +49,7 @@ OLE = "application/x-ole-storage"
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL})
 SUPPORTED_LABEL = (
-    "PDF, DOCX, PPTX, XLSX, CSV/TSV, HTML, Markdown, plain text, EML, PNG/JPEG/TIFF/BMP/WebP"
+    "PDF, DOCX, PPTX, XLSX, RTF, CSV/TSV, HTML, Markdown, plain text, EML, PNG/JPEG/TIFF/BMP/WebP"
 )
 
 SNIFF_BYTES = 64 * 1024
@@ -85,6 +86,8 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
     image = _image(head)
     if image:
         return image
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{\\rtf"):
+        return RTF  # text, but its markup would be indexed as words
     text = _text_head(head, suffix=suffix, truncated=size is None or size > len(head))
     if suffix in {".csv"}:
         return CSV

@@ -28,6 +28,9 @@ _LATEX = re.compile(r"\\[A-Za-z@]{2,}|\\[\\{}\[\]%$&_#]")
 _BRACES = re.compile(r"[{}]")
 _STATEMENT = re.compile(r";\s*(?://.*)?$|^\s*(?:#\s*(?:include|define|if|ifdef|endif|pragma)\b)")
 _COMMENT = re.compile(r"^\s*(?://|/\*|\*/|%{1,2}\s|%%|--\s|<!--|#!)")
+# An interactive prompt: Python's ">>>", a shell's "$", IPython's "In [1]:" (not "...",
+# which opens prose as often as it continues a statement).
+_PROMPT = re.compile(r"^\s*(?:>>>|\$|In \[\d*\]:)(?:\s|$)")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s+[\w:.-]+=\"[^\"]*\")*\s*/?>|<\?[A-Za-z]|<!\w")
 # A URL, a path or a public identifier ("-//OASIS//DTD DocBook"): a reference, not a title.
 _LOCATOR = re.compile(r"\w+://|//\w|^/\w+/|\bwww\.\w")
@@ -73,6 +76,8 @@ def looks_like_code(text: str, *, declared: bool = False) -> bool:
     if _LOCATOR.search(line):
         return True
     if _STATEMENT.search(line) or _COMMENT.match(line) or _KEYWORD_LINE.match(line):
+        return True
+    if _PROMPT.match(line):
         return True
     if declared:
         return False
@@ -145,3 +150,22 @@ def heading_key(text: str) -> str:
     line = strip_numbering(text).casefold()
     line = re.sub(r"\b(?:chapter|section|part|appendix)\b", "", line)
     return "".join(ch for ch in line if ch.isalpha())
+
+
+def is_code_block(text: str) -> bool:
+    """Whether a paragraph of several lines is source code or a console session.
+
+    For paragraphs whose line breaks are deliberate (a Word or PowerPoint paragraph's
+    breaks; a plain-text block once its margin is gone), so that a listing keeps its lines
+    and indentation: most lines read as code, the lines are indented under one that does,
+    or the paragraph opens at a prompt (a console session: its output lines read as
+    anything). Wrapped prose has no indented lines and few that read as code.
+    """
+    lines = [line for line in text.split("\n") if line.strip()]
+    if len(lines) < 2:
+        return False
+    if _PROMPT.match(lines[0]):
+        return True
+    coded = sum(looks_like_code(line) for line in lines)
+    indented = any(line[:1] in (" ", "\t") for line in lines[1:])
+    return 2 * coded >= len(lines) or (indented and coded > 0)

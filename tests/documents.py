@@ -88,6 +88,51 @@ def pptx_deck(path: Path) -> Path:
     return path
 
 
+# --- listings in Word and PowerPoint --------------------------------------------------------
+# Neither format marks code: a listing is a paragraph whose lines are soft line breaks
+# (Shift+Enter in Word, what pandoc writes), its indentation spaces, as authors paste it.
+CODE_LISTING = (
+    "def refund(order, amount):\n"
+    "    if amount > order.total:\n"
+    '        raise ValueError("too much")\n'
+    "    return order.pay_back(amount)"
+)
+CODE_SESSION = ">>> refund(order, 5)\nRefund(id=7, amount=5)\n>>> order.total\n40"
+ADDRESS = "Acme Finance\n    12 Harbour Street\n    Lyon"
+
+
+def docx_listing(path: Path) -> Path:
+    """A heading, prose, a listing, a console session and an address on indented lines."""
+    from docx import Document as WordDocument
+
+    doc = WordDocument()
+    doc.add_heading("Refund helpers", level=1)
+    doc.add_paragraph("The helper below pays part of an order back to the customer.")
+    for block in (CODE_LISTING, CODE_SESSION, ADDRESS):
+        run = doc.add_paragraph().add_run()
+        for i, line in enumerate(block.split("\n")):
+            if i:
+                run.add_break()
+            run.add_text(line)
+    doc.add_paragraph("Refunds above the order total are refused.")
+    doc.save(str(path))
+    return path
+
+
+def pptx_listing(path: Path) -> Path:
+    """One slide: a title, and a text box holding a console session in one paragraph."""
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Trying the refund helper"
+    box = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(8), Inches(3))
+    box.text_frame.text = CODE_SESSION.replace("\n", "\v")  # line breaks, not paragraphs
+    deck.save(str(path))
+    return path
+
+
 # --- XLSX / CSV -----------------------------------------------------------------------------
 XLSX_SHEETS = {
     "Prices": [("Product", "Price", "Currency")]
@@ -248,7 +293,8 @@ Install the package and initialise the index:
 ```bash
 pip install es-rag
 es-rag init
-es-rag ingest docs/ --tenant acme --public
+es-rag ingest docs/ \\
+    --tenant acme --public
 ```
 
 ## Configure
@@ -266,6 +312,24 @@ es-rag ingest docs/ --tenant acme --public
 部署之前请先检查配置。服务启动后会自动创建索引。
 """
 
+# Rich Text as WordPad and Word write it: a code page, a font table, document info, bold
+# headings, an escaped accent (\'e9), a Unicode escape with its fallback (\u8364?) and one
+# above U+FFFF written as its two UTF-16 halves (an emoji); a line break in the source is
+# not a space in RTF, so a wrapped line starts with one.
+RTF_TITLE = "Travel expenses"
+RTF_DOC = r"""{\rtf1\ansi\ansicpg1252\deff0\nouicompat{\fonttbl{\f0\fswiss\fcharset0 Calibri;}}
+{\colortbl ;\red0\green0\blue255;}
+{\info{\title Travel expenses}{\author Finance}}
+\viewkind4\uc1
+\pard\sa200\sl276\slmult1\b\f0\fs28 MEAL ALLOWANCE\b0\fs22\par
+Each traveller may claim a daily meal allowance of 45 \u8364? in the Caf\'e9 Lumi\'e8re
+ and elsewhere; receipts are kept for six years.\par
+Claims arrive through the expense portal \u-10179?\u-8480? within thirty days.\par
+\pard\sa200\b\fs28 HOTEL NIGHTS\b0\fs22\par
+Hotel nights are booked through the travel desk, never privately.\par
+}
+"""
+
 TEXT_DOC = """SYSTEM OVERVIEW
 
 The billing system sends invoices on the first day of every month. Invoices that are not paid
@@ -275,6 +339,27 @@ PAYMENT METHODS
 
 Customers pay by card or by bank transfer. Card payments are confirmed at once.
 """
+
+# Plain text with what Unstructured's grouper cut: a line of few words holding "*", a
+# listing indented under a lead-in, and a list whose second item wraps.
+TEXT_NOTES_LISTING = 'import importer\nfor leg in importer.legs("trip.csv"):\n    print(leg.speed)'
+TEXT_NOTES = f"""RELEASE NOTES
+
+The importer now reads trip files of any size and computes the speed of every leg
+from its distance and its time, as before.
+
+Speed = d * t
+
+Run the importer like this:
+
+{chr(10).join("    " + line for line in TEXT_NOTES_LISTING.split(chr(10)))}
+
+Known limits of this release:
+- files over 2 GB are refused
+- only UTF-8 is read, whatever the file
+  declares in its first line
+"""
+MAIL_BODY = "Hi Bob,\n\nSpeed = d * t\n\nAs agreed, the importer ships on Monday.\n\nAlice\n"
 
 
 def eml_message(path: Path) -> Path:

@@ -38,7 +38,7 @@ def ingest(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="files or folders: PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, EML, "
+            help="files or folders: PDF, DOCX, PPTX, XLSX, RTF, CSV, HTML, Markdown, text, EML, "
             "images (the type is read from the content)"
         ),
     ],

@@ -50,11 +50,15 @@ __all__ = [
 # 3: PDF outlines give the headings; running headers naming a section, code and sentence
 #    fragments taken for headings, tables of contents and indexes, documentation sites'
 #    navigation and permalinks are handled (es_rag.outline, es_rag.headings)
-ES_RAG_PARSING = "3"
+# 4: code keeps its indentation; listings in DOCX/PPTX and indented ones in plain text are
+#    code; plain text and mail bodies are grouped by es-rag (no cut at "*" or "·"); RTF is
+#    read for its words; prompts (">>> ", "$ ") are not headings; a bare number is a page
+#    number only on pages laid out for print
+ES_RAG_PARSING = "4"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
 INLINE = frozenset({detect.MARKDOWN})
-_GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.EMAIL, *detect.IMAGES})
+_GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.RTF, detect.EMAIL, *detect.IMAGES})
 
 
 # Where a worker's shared parse server listens; set by its main process for its children.

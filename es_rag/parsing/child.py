@@ -31,7 +31,15 @@ from es_rag.errors import (
 )
 from es_rag.headings import is_heading
 from es_rag.outline import MAX_ENTRIES, OutlineEntry, root_title
-from es_rag.parsing.common import JUNK_TITLE, ParsedFile, ParseOptions, to_elements
+from es_rag.parsing.common import (
+    JUNK_TITLE,
+    ParsedFile,
+    ParseOptions,
+    group_paragraphs,
+    mark_code,
+    paragraphs,
+    to_elements,
+)
 from es_rag.parsing.ocr import image_file, ocr, ocr_languages, pdf_pages
 from es_rag.types import Element
 
@@ -124,15 +132,18 @@ def _docx(path: str, options: ParseOptions) -> ParsedFile:
     from unstructured.partition.docx import partition_docx
 
     raw = partition_docx(filename=path, infer_table_structure=True)
-    return ParsedFile(mime=detect.DOCX, elements=to_elements(raw), title=_ooxml_title(path))
+    elements = mark_code(to_elements(raw))
+    return ParsedFile(mime=detect.DOCX, elements=elements, title=_ooxml_title(path))
 
 
 def _pptx(path: str, options: ParseOptions) -> ParsedFile:
     from pptx import Presentation
     from unstructured.partition.pptx import partition_pptx
 
-    raw = to_elements(
-        partition_pptx(filename=path, include_slide_notes=False, infer_table_structure=True)
+    raw = mark_code(
+        to_elements(
+            partition_pptx(filename=path, include_slide_notes=False, infer_table_structure=True)
+        )
     )
     # A slide's heading is its title; Unstructured also guesses "titles" among the bullets.
     seen: set[int | None] = set()
@@ -344,11 +355,45 @@ def _markdown(path: str, options: ParseOptions) -> ParsedFile:
 
 
 def _text(path: str, options: ParseOptions) -> ParsedFile:
-    from unstructured.partition.text import partition_text
+    """Paragraphs found by es-rag (es_rag.parsing.common.paragraphs), each classified by
+    Unstructured's rules for text (title, list item, prose); code blocks kept whole."""
+    from unstructured.partition.text import element_from_text
 
     text, _ = _decoded(path)
-    raw = partition_text(text=text)
-    return ParsedFile(mime=detect.TEXT, elements=to_elements(raw))
+    elements: list[Element] = []
+    for para, code in paragraphs(text):
+        if code:
+            elements.append(Element(kind="code", text=para))
+        else:
+            elements += to_elements([element_from_text(para)])
+    return ParsedFile(mime=detect.TEXT, elements=elements)
+
+
+def _rtf(path: str, options: ParseOptions) -> ParsedFile:
+    """Rich Text: its words (striprtf: code pages, Unicode escapes, hidden groups left
+    out), then paragraphs and guessed headings as for plain text; RTF's styles are not
+    read, so headings are guessed, not declared."""
+    from striprtf.striprtf import rtf_to_text
+    from unstructured.partition.text import partition_text
+
+    def words(rtf: str) -> str:
+        text = rtf_to_text(rtf, errors="replace")
+        # Characters above U+FFFF arrive as two \u escapes, one per UTF-16 half: join them.
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+    # RTF is 7-bit text with escapes; a stray 8-bit byte is kept as the character it
+    # names in Latin-1 rather than failing the file.
+    raw = Path(path).read_bytes().decode("latin-1")
+    text = words(raw)
+    # The document's own title ({\info{\title ...}}), with its escapes read.
+    found = re.search(r"{\\info\b.*?{\\title\b ?((?:[^{}\\]|\\.)*)}", raw[:65536], re.S)
+    title = " ".join(words("{\\rtf1 " + found.group(1) + "}").split()) if found else None
+    return ParsedFile(
+        mime=detect.RTF,
+        # Each line is a paragraph (an RTF \par): nothing to group.
+        elements=to_elements(partition_text(text=text, paragraph_grouper=False)),
+        title=title or None,
+    )
 
 
 def _decoded(path: str) -> tuple[str, str]:
@@ -371,7 +416,10 @@ def _decoded(path: str) -> tuple[str, str]:
 def _email(path: str, options: ParseOptions) -> ParsedFile:
     from unstructured.partition.email import partition_email
 
-    raw = partition_email(filename=path, process_attachments=False)
+    # A plain-text body is grouped as a .txt file is (the argument reaches partition_text).
+    raw = partition_email(
+        filename=path, process_attachments=False, paragraph_grouper=group_paragraphs
+    )
     elements = to_elements(raw)
     subject = None
     if raw:
@@ -557,6 +605,7 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.HTML: _html,
     detect.MARKDOWN: _markdown,
     detect.TEXT: _text,
+    detect.RTF: _rtf,
     detect.EMAIL: _email,
     # The type was sniffed already: each image type gets it rather than reading the file again.
     **{mime: partial(image_file, mime=mime) for mime in detect.IMAGES},

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+import textwrap
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from es_rag.outline import OutlineEntry
@@ -120,3 +121,80 @@ def _relative(points: Any, system: Any) -> tuple[tuple[float, float], ...] | Non
 # just as quiet.
 for _key, _value in SANDBOX_ENV.items():
     os.environ.setdefault(_key, _value)
+
+
+def mark_code(elements: list[Element]) -> list[Element]:
+    """Paragraphs of a Word or PowerPoint file that are listings become code elements,
+    which keep their lines and indentation (es_rag.cleaning) and stay whole in one chunk
+    (es_rag.chunking); as text their lines would be joined into one run-on sentence.
+    Neither format marks code by itself: a "Source Code" style or a monospace font is
+    the author's habit, and Unstructured reports neither. A listing Unstructured took for
+    a title (it does, in slides) is code too."""
+    from es_rag.headings import is_code_block
+
+    return [
+        replace(el, kind="code", level=None)
+        if el.kind in ("text", "title") and is_code_block(el.text)
+        else el
+        for el in elements
+    ]
+
+
+# A line that opens a list item: a bullet glyph or a short number or letter, then a space.
+_ITEM = re.compile(
+    r"^(?:[-*+\u2022\u25cf\u25cb\u25e6\u25aa\u2023\u2043\u2219\u00b7]|\d{1,3}[.)]|[a-z][.)])\s+\S"
+)
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def paragraphs(text: str) -> list[tuple[str, bool]]:
+    """Plain text (a .txt file, a mail body) as its paragraphs, each with whether it is a
+    code block (its lines and relative indentation kept).
+
+    Unstructured's own grouper cuts a paragraph of short lines at every ``*``, ``·`` or
+    ``•`` wherever it stands and drops the glyph ("Speed = d * t" became the two headings
+    "Speed = d" and "t"), and joins a listing's lines into one. This one keeps its layout
+    rules and no more: where blank lines separate paragraphs, a paragraph's wrapped lines
+    are joined, a paragraph of short lines ("Apache License / Version 2.0") keeps its
+    lines apart, a list keeps its items apart (each with its wrapped lines), and a block
+    that reads as code once its margin is gone (es_rag.headings.is_code_block) is kept as
+    it is; where there are almost no blank lines, a line is a paragraph.
+    """
+    from es_rag.headings import is_code_block
+
+    text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    head = lines[:2000]
+    if sum(not line.strip() for line in head) < 0.1 * len(head):
+        return [(line.strip(), False) for line in lines if line.strip()]
+    out: list[tuple[str, bool]] = []
+    for block in _BLANK_LINE.split(text):
+        raw = [line.rstrip() for line in block.split("\n") if line.strip()]
+        body = textwrap.dedent("\n".join(raw))
+        if is_code_block(body):
+            out.append((body, True))
+            continue
+        rows = [line.strip() for line in raw]
+        if all(len(row.split()) < 5 for row in rows):
+            out += [(row, False) for row in rows]
+            continue
+        para: list[str] = []
+        listing = False
+        for row in rows:
+            item = bool(_ITEM.match(row)) and (listing or not para or para[-1].endswith(":"))
+            if item and para:
+                out.append((" ".join(para), False))
+                para = []
+            listing = listing or item
+            para.append(row)
+        out.append((" ".join(para), False))
+    return out
+
+
+def group_paragraphs(text: str) -> str:
+    """:func:`paragraphs` as one a line, for Unstructured's ``partition_text`` and
+    ``partition_email`` (``paragraph_grouper``), which make an element of each line: a
+    code block's lines stay apart rather than joined."""
+    return "\n".join(
+        line.strip() for para, _ in paragraphs(text) for line in para.split("\n") if line.strip()
+    )

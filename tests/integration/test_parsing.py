@@ -16,6 +16,7 @@ against the document, not against the chunker's own idea of it.
 
 from __future__ import annotations
 
+import email.message
 import functools
 import json
 import os
@@ -67,11 +68,15 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "scan-en.pdf": lambda p: d.scanned_pdf(p, [d.SCAN_EN]),
     "scan-en.png": lambda p: d.png_scan(p, d.SCAN_EN),
     "mail.eml": d.eml_message,
+    "listing.docx": d.docx_listing,
+    "listing.pptx": d.pptx_listing,
 }
 TEXTS: dict[str, str] = {
     "help.html": d.HTML_PAGE,
     "guide.md": d.MARKDOWN_DOC,
     "overview.txt": d.TEXT_DOC,
+    "travel.rtf": d.RTF_DOC,
+    "notes.txt": d.TEXT_NOTES,
 }
 CHINESE_SCANS = ("scan-zh.pdf", "scan-zh.png")
 DISGUISED = "handbook-saved-as.pdf"  # a DOCX under a PDF's name
@@ -89,13 +94,17 @@ EXPECTED: dict[str, tuple[str, str]] = {  # file -> (type read from the bytes, t
     "help.html": (detect.HTML, "Help Center"),
     "guide.md": (detect.MARKDOWN, "Deployment guide"),
     "overview.txt": (detect.TEXT, "overview"),
+    "travel.rtf": (detect.RTF, d.RTF_TITLE),
+    "notes.txt": (detect.TEXT, "notes"),
+    "listing.docx": (detect.DOCX, "Refund helpers"),
+    "listing.pptx": (detect.PPTX, "Trying the refund helper"),
 }
 ALL_FILES = [*EXPECTED, *CHINESE_SCANS]
 DISTINCT = [name for name in ALL_FILES if name != DISGUISED]  # the copy reads the same
 
 DOCX_HEADER_ROW = "| Region | Daily limit | Currency |"
 DOCX_CAPTION = "Table 1: Daily limits by region"
-CODE = "pip install es-rag\nes-rag init\nes-rag ingest docs/ --tenant acme --public"
+CODE = "pip install es-rag\nes-rag init\nes-rag ingest docs/ \\\n    --tenant acme --public"
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -534,6 +543,63 @@ def test_markdown_code_block_stays_whole(
     assert table.content.startswith("| Variable | Meaning |\n| --- | --- |")
     assert table.title_path == ("Deployment guide", "Configure")
     assert any(c.title_path == ("Deployment guide", "部署说明") for c in kids)
+
+
+def test_rtf_is_read_as_its_words_not_its_markup(parsed: Callable[[str], ParsedFile]) -> None:
+    """RTF is text on disk: read as plain text, its control words would be indexed."""
+    doc = parsed("travel.rtf")
+    text = everything(doc)
+    assert "45 € in the Café Lumière and elsewhere; receipts" in text  # escapes, wrapped line
+    assert "portal \U0001f6e0 within" in text  # two UTF-16 halves, one character
+    assert not re.search(r"\\[a-z]+|[{}]|Calibri|Finance", text)  # markup, fonts, info
+    kids = children(chunk(doc, SMALL))
+    assert [c.title_path for c in kids] == [
+        (d.RTF_TITLE, "MEAL ALLOWANCE"),
+        (d.RTF_TITLE, "HOTEL NIGHTS"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["listing.docx", "listing.pptx"])
+def test_listings_in_office_files_keep_lines_and_indentation(
+    name: str, parsed: Callable[[str], ParsedFile]
+) -> None:
+    """Word and PowerPoint do not mark code; a paragraph that reads as a listing or a
+    console session is kept as written, fenced in one chunk, instead of joined into one
+    run-on line; an indented address stays prose."""
+    doc = parsed(name)
+    codes = [e.text for e in doc.elements if e.kind == "code"]
+    kids = children(chunk(doc, {"size": 12, "overlap": 2, "parent_size": 60}))
+    if name.endswith(".docx"):
+        assert codes == [d.CODE_LISTING, d.CODE_SESSION]
+        address = [e for e in doc.elements if e.text.startswith("Acme Finance")]
+        assert [e.kind for e in address] == ["text"]
+    else:
+        assert codes == [d.CODE_SESSION]  # its last line, "40", is not a page number
+    for code in codes:
+        holders = [c for c in kids if f"```\n{code}\n```" in c.content]
+        assert len(holders) == 1, [c.content for c in kids]
+
+
+def test_plain_text_keeps_asterisks_listings_and_list_items(
+    parsed: Callable[[str], ParsedFile], parser: Parser, tmp_path: Path
+) -> None:
+    """Unstructured's grouper cut "Speed = d * t" into the headings "Speed = d" and "t"
+    and joined an indented listing into one line; es-rag groups plain text itself."""
+    doc = parsed("notes.txt")
+    texts = [(e.kind, e.text) for e in doc.elements]
+    assert ("text", "Speed = d * t") in texts
+    assert ("code", d.TEXT_NOTES_LISTING) in texts
+    item = "only UTF-8 is read, whatever the file declares in its first line"
+    assert ("list_item", item) in texts
+    kids = children(chunk(doc, SMALL))
+    assert sum(f"```\n{d.TEXT_NOTES_LISTING}\n```" in c.content for c in kids) == 1
+    # A mail's plain-text body is grouped the same way.
+    mail = tmp_path / "speed.eml"
+    msg = email.message.EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "alice@example.com", "bob@example.com", "Speed"
+    msg.set_content(d.MAIL_BODY)
+    mail.write_bytes(bytes(msg))
+    assert "Speed = d * t" in [e.text for e in parser.parse(mail).elements]
 
 
 def test_plain_text_headings(parsed: Callable[[str], ParsedFile]) -> None:

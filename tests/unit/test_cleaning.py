@@ -17,6 +17,7 @@ from es_rag.cleaning import (
     normalize_text,
     remove_furniture,
 )
+from es_rag.parsing.common import group_paragraphs, paragraphs
 from es_rag.types import Element, ElementKind
 
 pytestmark = pytest.mark.unit
@@ -439,10 +440,95 @@ def test_clean_without_layout_keeps_lines_and_titles() -> None:
 def test_clean_leaves_code_and_table_text_unjoined() -> None:
     code = "def f(x):\n    return x-\n    1"
     out = clean([Element("code", code, page=1), Element("text", "Fine.", page=1)], layout=True)
-    assert out[0].text == normalize_text(code)
-    assert "\n" in out[0].text
+    assert out[0].text == normalize_text(code, code=True) == code
 
 
 def test_clean_empty() -> None:
     assert clean([]) == []
     assert clean([Element("text", "  ")], layout=True, guessed_titles=True) == []
+
+
+def test_code_keeps_its_indentation_and_loses_only_the_common_margin() -> None:
+    raw = "\n    def f(x):  \n    \tif x:\n            return 1\n\n"
+    assert normalize_text(raw, code=True) == "def f(x):\n    if x:\n        return 1"
+    # prose, by contrast, is one space between words and no margins
+    assert normalize_text("  two   spaces \n  next") == "two spaces\nnext"
+
+
+def test_a_bare_number_is_a_page_number_only_on_laid_out_pages() -> None:
+    slide = [Element("title", "Growth", page=1), Element("text", "40", page=1)]
+    assert [el.text for el in clean(slide)] == ["Growth", "40"]  # a slide's figure stays
+    pdf = [
+        Element("text", "Growth was strong this year.", page=1),
+        Element("text", "40", page=1),
+    ]
+    assert [el.text for el in clean(pdf, layout=True)] == ["Growth was strong this year."]
+
+
+# --- plain-text paragraphs (es_rag.parsing.common.paragraphs) ------------------------------
+def test_paragraphs_keep_inline_asterisks_and_bullets_whole() -> None:
+    text = "Title\n\nSpeed = d * t\n\nFootnote* applies\n\nA 10 N·m torque is plenty here.\n"
+    assert paragraphs(text) == [
+        ("Title", False),
+        ("Speed = d * t", False),
+        ("Footnote* applies", False),
+        ("A 10 N·m torque is plenty here.", False),
+    ]
+
+
+def test_paragraphs_join_wrapped_lines_and_keep_short_lines_apart() -> None:
+    text = (
+        "Apache License\nVersion 2.0, January 2004\n\n"
+        "A paragraph wrapped at seventy columns, as old text files are,\n"
+        "goes on here on its second line.\n"
+    )
+    assert paragraphs(text) == [
+        ("Apache License", False),
+        ("Version 2.0, January 2004", False),
+        (
+            "A paragraph wrapped at seventy columns, as old text files are, goes on here on its "
+            "second line.",
+            False,
+        ),
+    ]
+
+
+def test_paragraphs_keep_list_items_apart_with_their_wrapped_lines() -> None:
+    text = "You will need these two things:\n- a key\n- a token that you\n  keep secret\n\nEnd.\n"
+    assert paragraphs(text) == [
+        ("You will need these two things:", False),
+        ("- a key", False),
+        ("- a token that you keep secret", False),
+        ("End.", False),
+    ]
+    # a dash that opens a wrapped line of prose is not an item
+    prose = (
+        "The limit is high enough for most of the files we see, and\n- as a rule - it holds.\n\nX."
+    )
+    assert paragraphs(prose)[0] == (
+        "The limit is high enough for most of the files we see, and - as a rule - it holds.",
+        False,
+    )
+
+
+def test_paragraphs_keep_an_indented_listing_as_code() -> None:
+    text = "Run it like this:\n\n    for leg in legs:\n        print(leg)\n\nDone, at last.\n"
+    assert paragraphs(text) == [
+        ("Run it like this:", False),
+        ("for leg in legs:\n    print(leg)", True),
+        ("Done, at last.", False),
+    ]
+    # an indented paragraph of prose is prose
+    quote = (
+        "Intro.\n\n    Four score and seven years ago our fathers\n    brought forth a nation.\n"
+    )
+    assert paragraphs(quote)[1] == (
+        "Four score and seven years ago our fathers brought forth a nation.",
+        False,
+    )
+
+
+def test_paragraphs_without_blank_lines_are_one_a_line() -> None:
+    text = "\n".join(f"Line {i} of a log-like file with many words" for i in range(30))
+    assert len(paragraphs(text)) == 30
+    assert group_paragraphs(text).count("\n") == 29

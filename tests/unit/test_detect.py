@@ -39,6 +39,8 @@ LIMIT = 50 * 2**20
         (b"MM\x00*\x00\x00\x00\x08", detect.TIFF),
         (b"RIFF\x24\x00\x00\x00WEBPVP8 ", detect.WEBP),
         (b"BM" + b"\x36\x00\x0c\x00" + b"\x00" * 8 + (40).to_bytes(4, "little"), detect.BMP),
+        (b"{\\rtf1\\ansi\\ansicpg1252\\deff0{\\fonttbl", detect.RTF),  # text, but markup
+        (b"\xef\xbb\xbf\r\n{\\rtf1\\ansi", detect.RTF),
     ],
 )
 def test_signatures(head: bytes, expected: str) -> None:

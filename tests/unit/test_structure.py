@@ -7,7 +7,14 @@ import pytest
 
 from es_rag.chunking import chunk_elements
 from es_rag.cleaning import clean, demote_non_headings, mark_navigation, page_words, respace
-from es_rag.headings import heading_key, is_fragment, is_heading, looks_like_code, strip_numbering
+from es_rag.headings import (
+    heading_key,
+    is_code_block,
+    is_fragment,
+    is_heading,
+    looks_like_code,
+    strip_numbering,
+)
 from es_rag.outline import OutlineEntry, apply_outline, root_title, usable
 from es_rag.parsing.child import _page_content, _site_free_title
 from es_rag.query.build import WITHOUT_NAVIGATION
@@ -16,6 +23,9 @@ from es_rag.types import Element
 
 # Lines that a PDF parser labelled "Title" in a C++ book and a LaTeX package manual.
 CODE_LINES = [
+    ">>> import fibo",  # a prompt: plain text and RTF guess these as titles
+    "$ python fibo.py 50",
+    "In [3]: df.head()",
     "int main() {",
     "} int main() {",
     "public:",
@@ -399,3 +409,35 @@ def test_outline_without_positions_prefers_the_heading_to_the_running_header() -
         ("text", "Options change what it does."),
     ]
     assert "USAGE 4" not in [e.text for e in out]
+
+
+def test_an_ellipsis_or_a_price_is_not_a_prompt() -> None:
+    assert not looks_like_code("... and then the night fell")
+    assert not looks_like_code("$5 million in grants")
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "def refund(order):\n    if order.paid:\n        return order.total",
+        ">>> refund(order, 5)\nRefund(id=7, amount=5)\n>>> order.total\n40",  # a session
+        "$ es-rag init\nindex acme created",
+        "x = 1\ny = x + 1\nprint(y)",
+    ],
+)
+def test_listings_are_code_blocks(block: str) -> None:
+    assert is_code_block(block)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "Acme Finance\n    12 Harbour Street\n    Lyon",  # an address, indented
+        "Roses are red,\n    violets are blue",
+        "After local assignment: test spam\nAfter global assignment: nonlocal spam",
+        "fetch(url) returns a response",  # one line: nothing to keep
+        "The call fetch(url) returns a response.\nIt raises on a timeout.",
+    ],
+)
+def test_prose_on_several_lines_is_not_code(block: str) -> None:
+    assert not is_code_block(block)
