@@ -86,15 +86,10 @@ def _sections(elements: Sequence[Element], title: str) -> list[_Section]:
     current = _Section(path=(title,), elements=[])
     for i, el in enumerate(elements):
         heading = " ".join(el.text.split())
-        if (
-            el.kind == "title"
-            and not sections
-            and not current.elements
-            and not stack
-            and heading.casefold() == title.casefold()
-        ):
-            # A heading repeating the document title opens the document (it is the first
-            # part of every title path already), whether or not text follows it directly.
+        if el.kind == "title" and not stack and heading.casefold() == title.casefold():
+            # A heading repeating the document title before any other heading (a mail's
+            # subject again in its body, after the sender line) is the first part of every
+            # title path already, whether or not text comes before or after it.
             continue
         if el.kind != "title" or i not in real:
             current.elements.append(el if el.kind != "title" else _as_text(el))

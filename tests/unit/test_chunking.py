@@ -172,6 +172,17 @@ def test_heading_repeating_the_document_title_is_not_a_section() -> None:
     assert all("Payments" not in c.content for c in chunks)
 
 
+def test_title_repeated_after_opening_text_is_not_a_section_either() -> None:
+    # A mail: the sender line first, then the subject again at the top of the body.
+    elements = [
+        Element("text", "From: alice@example.com; To: bob@example.com."),
+        Element("title", "Refund window extended"),
+        Element("text", "From February the window is 45 days."),
+    ]
+    chunks = children(chunk_elements(elements, title="Refund window extended"))
+    assert [c.title_path for c in chunks] == [("Refund window extended",)]
+
+
 def test_heading_with_no_body_is_kept_as_text() -> None:
     elements = [
         Element("title", "Refunds", level=1),
