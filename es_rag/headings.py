@@ -31,6 +31,8 @@ _COMMENT = re.compile(r"^\s*(?://|/\*|\*/|%{1,2}\s|%%|--\s|<!--|#!)")
 # An interactive prompt: Python's ">>>", a shell's "$", IPython's "In [1]:" (not "...",
 # which opens prose as often as it continues a statement).
 _PROMPT = re.compile(r"^\s*(?:>>>|\$|In \[\d*\]:)(?:\s|$)")
+# A list item's marker: a bullet or a short number, then a space.
+_LIST_ITEM = re.compile(r"(?:[-*\u2022\u25cf\u25cb\u25e6\u25aa\u00b7]|\d{1,3}[.)])\s+\S")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s+[\w:.-]+=\"[^\"]*\")*\s*/?>|<\?[A-Za-z]|<!\w")
 # A URL, a path or a public identifier ("-//OASIS//DTD DocBook"): a reference, not a title.
 _LOCATOR = re.compile(r"\w+://|//\w|^/\w+/|\bwww\.\w")
@@ -166,6 +168,8 @@ def is_code_block(text: str) -> bool:
         return False
     if _PROMPT.match(lines[0]):
         return True
+    if 2 * sum(bool(_LIST_ITEM.match(line.lstrip())) for line in lines) >= len(lines):
+        return False  # a list, whose items may end like statements ("* the system type;")
     coded = sum(looks_like_code(line) for line in lines)
     indented = any(line[:1] in (" ", "\t") for line in lines[1:])
     return 2 * coded >= len(lines) or (indented and coded > 0)

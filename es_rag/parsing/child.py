@@ -356,16 +356,17 @@ def _markdown(path: str, options: ParseOptions) -> ParsedFile:
 
 def _text(path: str, options: ParseOptions) -> ParsedFile:
     """Paragraphs found by es-rag (es_rag.parsing.common.paragraphs), each classified by
-    Unstructured's rules for text (title, list item, prose); code blocks kept whole."""
+    Unstructured's rules for text (title, list item, prose); code blocks kept whole,
+    underlined headings declared."""
     from unstructured.partition.text import element_from_text
 
     text, _ = _decoded(path)
     elements: list[Element] = []
-    for para, code in paragraphs(text):
-        if code:
-            elements.append(Element(kind="code", text=para))
+    for para in paragraphs(text):
+        if para.kind == "text":
+            elements += to_elements([element_from_text(para.text)])
         else:
-            elements += to_elements([element_from_text(para)])
+            elements.append(Element(kind=para.kind, text=para.text, level=para.level))
     return ParsedFile(mime=detect.TEXT, elements=elements)
 
 

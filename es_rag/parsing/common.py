@@ -7,7 +7,7 @@ import os
 import re
 import textwrap
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from es_rag.outline import OutlineEntry
 from es_rag.types import Element
@@ -145,49 +145,72 @@ _ITEM = re.compile(
     r"^(?:[-*+\u2022\u25cf\u25cb\u25e6\u25aa\u2023\u2043\u2219\u00b7]|\d{1,3}[.)]|[a-z][.)])\s+\S"
 )
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
+# A setext heading's underline (as in Markdown and many READMEs): "=====" or "-----".
+_UNDERLINE = re.compile(r"^(=|-)\1{2,}\s*$")
 
 
-def paragraphs(text: str) -> list[tuple[str, bool]]:
-    """Plain text (a .txt file, a mail body) as its paragraphs, each with whether it is a
-    code block (its lines and relative indentation kept).
+class Paragraph(NamedTuple):
+    text: str
+    kind: Literal["text", "code", "title"]
+    level: int | None = None  # a title's: 1 under "=====", 2 under "-----"
+
+
+def paragraphs(text: str) -> list[Paragraph]:
+    """Plain text (a .txt file, a mail body) as its paragraphs: prose, code blocks (lines
+    and relative indentation kept) and underlined headings.
 
     Unstructured's own grouper cuts a paragraph of short lines at every ``*``, ``·`` or
     ``•`` wherever it stands and drops the glyph ("Speed = d * t" became the two headings
     "Speed = d" and "t"), and joins a listing's lines into one. This one keeps its layout
     rules and no more: where blank lines separate paragraphs, a paragraph's wrapped lines
     are joined, a paragraph of short lines ("Apache License / Version 2.0") keeps its
-    lines apart, a list keeps its items apart (each with its wrapped lines), and a block
-    that reads as code once its margin is gone (es_rag.headings.is_code_block) is kept as
-    it is; where there are almost no blank lines, a line is a paragraph.
+    lines apart, a list keeps its items apart (each with its wrapped lines), a line over
+    an underline of "=" or "-" is a heading, and a block that reads as code once its
+    margin is gone (es_rag.headings.is_code_block) is kept as it is; where there are
+    almost no blank lines, a line is a paragraph.
     """
-    from es_rag.headings import is_code_block
-
     text = text.replace("\r\n", "\n")
     lines = text.split("\n")
     head = lines[:2000]
     if sum(not line.strip() for line in head) < 0.1 * len(head):
-        return [(line.strip(), False) for line in lines if line.strip()]
-    out: list[tuple[str, bool]] = []
+        return [Paragraph(line.strip(), "text") for line in lines if line.strip()]
+    out: list[Paragraph] = []
     for block in _BLANK_LINE.split(text):
         raw = [line.rstrip() for line in block.split("\n") if line.strip()]
-        body = textwrap.dedent("\n".join(raw))
-        if is_code_block(body):
-            out.append((body, True))
-            continue
-        rows = [line.strip() for line in raw]
-        if all(len(row.split()) < 5 for row in rows):
-            out += [(row, False) for row in rows]
-            continue
-        para: list[str] = []
-        listing = False
-        for row in rows:
-            item = bool(_ITEM.match(row)) and (listing or not para or para[-1].endswith(":"))
-            if item and para:
-                out.append((" ".join(para), False))
-                para = []
-            listing = listing or item
-            para.append(row)
-        out.append((" ".join(para), False))
+        start = 0
+        for i in range(1, len(raw)):
+            if _UNDERLINE.match(raw[i].strip()) and not _UNDERLINE.match(raw[i - 1].strip()):
+                out += _block(raw[start : i - 1])
+                level = 1 if raw[i].strip()[0] == "=" else 2
+                out.append(Paragraph(" ".join(raw[i - 1].split()), "title", level))
+                start = i + 1
+        out += _block(raw[start:])
+    return out
+
+
+def _block(raw: list[str]) -> list[Paragraph]:
+    """One block's paragraphs (``paragraphs``): code, short lines, list items or prose."""
+    from es_rag.headings import is_code_block
+
+    if not raw:
+        return []
+    body = textwrap.dedent("\n".join(raw))
+    if is_code_block(body):
+        return [Paragraph(body, "code")]
+    rows = [line.strip() for line in raw]
+    if all(len(row.split()) < 5 for row in rows):
+        return [Paragraph(row, "text") for row in rows]
+    out: list[Paragraph] = []
+    para: list[str] = []
+    listing = False
+    for row in rows:
+        item = bool(_ITEM.match(row)) and (listing or not para or para[-1].endswith(":"))
+        if item and para:
+            out.append(Paragraph(" ".join(para), "text"))
+            para = []
+        listing = listing or item
+        para.append(row)
+    out.append(Paragraph(" ".join(para), "text"))
     return out
 
 
@@ -196,5 +219,5 @@ def group_paragraphs(text: str) -> str:
     ``partition_email`` (``paragraph_grouper``), which make an element of each line: a
     code block's lines stay apart rather than joined."""
     return "\n".join(
-        line.strip() for para, _ in paragraphs(text) for line in para.split("\n") if line.strip()
+        line.strip() for para in paragraphs(text) for line in para.text.split("\n") if line.strip()
     )

@@ -466,13 +466,17 @@ def test_a_bare_number_is_a_page_number_only_on_laid_out_pages() -> None:
 
 
 # --- plain-text paragraphs (es_rag.parsing.common.paragraphs) ------------------------------
+def pairs(text: str) -> list[tuple[str, str]]:
+    return [(p.text, p.kind) for p in paragraphs(text)]
+
+
 def test_paragraphs_keep_inline_asterisks_and_bullets_whole() -> None:
     text = "Title\n\nSpeed = d * t\n\nFootnote* applies\n\nA 10 N·m torque is plenty here.\n"
-    assert paragraphs(text) == [
-        ("Title", False),
-        ("Speed = d * t", False),
-        ("Footnote* applies", False),
-        ("A 10 N·m torque is plenty here.", False),
+    assert pairs(text) == [
+        ("Title", "text"),
+        ("Speed = d * t", "text"),
+        ("Footnote* applies", "text"),
+        ("A 10 N·m torque is plenty here.", "text"),
     ]
 
 
@@ -482,49 +486,49 @@ def test_paragraphs_join_wrapped_lines_and_keep_short_lines_apart() -> None:
         "A paragraph wrapped at seventy columns, as old text files are,\n"
         "goes on here on its second line.\n"
     )
-    assert paragraphs(text) == [
-        ("Apache License", False),
-        ("Version 2.0, January 2004", False),
+    assert pairs(text) == [
+        ("Apache License", "text"),
+        ("Version 2.0, January 2004", "text"),
         (
             "A paragraph wrapped at seventy columns, as old text files are, goes on here on its "
             "second line.",
-            False,
+            "text",
         ),
     ]
 
 
 def test_paragraphs_keep_list_items_apart_with_their_wrapped_lines() -> None:
     text = "You will need these two things:\n- a key\n- a token that you\n  keep secret\n\nEnd.\n"
-    assert paragraphs(text) == [
-        ("You will need these two things:", False),
-        ("- a key", False),
-        ("- a token that you keep secret", False),
-        ("End.", False),
+    assert pairs(text) == [
+        ("You will need these two things:", "text"),
+        ("- a key", "text"),
+        ("- a token that you keep secret", "text"),
+        ("End.", "text"),
     ]
     # a dash that opens a wrapped line of prose is not an item
     prose = (
         "The limit is high enough for most of the files we see, and\n- as a rule - it holds.\n\nX."
     )
-    assert paragraphs(prose)[0] == (
+    assert pairs(prose)[0] == (
         "The limit is high enough for most of the files we see, and - as a rule - it holds.",
-        False,
+        "text",
     )
 
 
 def test_paragraphs_keep_an_indented_listing_as_code() -> None:
     text = "Run it like this:\n\n    for leg in legs:\n        print(leg)\n\nDone, at last.\n"
-    assert paragraphs(text) == [
-        ("Run it like this:", False),
-        ("for leg in legs:\n    print(leg)", True),
-        ("Done, at last.", False),
+    assert pairs(text) == [
+        ("Run it like this:", "text"),
+        ("for leg in legs:\n    print(leg)", "code"),
+        ("Done, at last.", "text"),
     ]
     # an indented paragraph of prose is prose
     quote = (
         "Intro.\n\n    Four score and seven years ago our fathers\n    brought forth a nation.\n"
     )
-    assert paragraphs(quote)[1] == (
+    assert pairs(quote)[1] == (
         "Four score and seven years ago our fathers brought forth a nation.",
-        False,
+        "text",
     )
 
 
@@ -532,3 +536,24 @@ def test_paragraphs_without_blank_lines_are_one_a_line() -> None:
     text = "\n".join(f"Line {i} of a log-like file with many words" for i in range(30))
     assert len(paragraphs(text)) == 30
     assert group_paragraphs(text).count("\n") == 29
+
+
+def test_paragraphs_read_underlined_headings() -> None:
+    text = (
+        "Reporting Bugs\n==============\n\nRead this first, before you write anything at all.\n\n"
+        "Where to report\n---------------\nUse the tracker of the distribution, please.\n"
+    )
+    assert [(p.text, p.kind, p.level) for p in paragraphs(text)] == [
+        ("Reporting Bugs", "title", 1),
+        ("Read this first, before you write anything at all.", "text", None),
+        ("Where to report", "title", 2),
+        ("Use the tracker of the distribution, please.", "text", None),
+    ]
+
+
+def test_a_list_whose_items_end_like_statements_is_not_code() -> None:
+    text = (
+        "Include these:\n\n* the exact version of GCC;\n* the system type;\n"
+        "* the complete command line that triggers the bug;\n\nThanks.\n"
+    )
+    assert ("* the system type;", "text") in pairs(text)
