@@ -45,6 +45,9 @@ _KEYWORD_LINE = re.compile(
     r"return\b.*|break|continue|template\s*<.*|typedef\b.*|using\s+namespace\b.*|"
     r"namespace\s+\w+|import\s+[\w.]+(?:\s+as\s+\w+)?|from\s+[\w.]+\s+import\b.*)\s*:?$"
 )
+# A Python block's head: a lower-case keyword, then a colon at the line's end ("for x in
+# xs:"); prose opens a line with a capital ("For example:").
+_BLOCK_HEAD = re.compile(r"^(?:for|while|if|elif|with|def|class|except|async\s+def)\b.*:$")
 _CALL = re.compile(r"[A-Za-z_][\w.:]*\([^()]*\)")
 _PROSE_WORD = re.compile(r"(?<![\w.])[A-Za-z][a-z]+(?:'[a-z]+)?(?![\w(])")
 _SYMBOL = re.compile(r"[^\w\s" + _CJK + r"]")
@@ -79,7 +82,7 @@ def looks_like_code(text: str, *, declared: bool = False) -> bool:
         return True
     if _STATEMENT.search(line) or _COMMENT.match(line) or _KEYWORD_LINE.match(line):
         return True
-    if _PROMPT.match(line):
+    if _PROMPT.match(line) or _BLOCK_HEAD.match(line):
         return True
     if declared:
         return False

@@ -99,10 +99,15 @@ CODE_LISTING = (
 )
 CODE_SESSION = ">>> refund(order, 5)\nRefund(id=7, amount=5)\n>>> order.total\n40"
 ADDRESS = "Acme Finance\n    12 Harbour Street\n    Lyon"
+# As pasting from an editor writes it: a paragraph a line, the indentation in spaces.
+CODE_PASTED = "for order in overdue:\n    remind(order.customer)\n    order.flag()"
+INDENTED_PROSE = ("    Dear customer,", "    your refund was paid today.")
 
 
 def docx_listing(path: Path) -> Path:
-    """A heading, prose, a listing, a console session and an address on indented lines."""
+    """A heading, prose, a listing, a console session and an address on indented lines
+    (each one paragraph), then a listing pasted a paragraph a line and two paragraphs of
+    indented prose."""
     from docx import Document as WordDocument
 
     doc = WordDocument()
@@ -115,6 +120,10 @@ def docx_listing(path: Path) -> Path:
                 run.add_break()
             run.add_text(line)
     doc.add_paragraph("Refunds above the order total are refused.")
+    for line in CODE_PASTED.split("\n"):
+        doc.add_paragraph(line)
+    for line in INDENTED_PROSE:
+        doc.add_paragraph(line)
     doc.save(str(path))
     return path
 

@@ -143,7 +143,8 @@ def _pptx(path: str, options: ParseOptions) -> ParsedFile:
     raw = mark_code(
         to_elements(
             partition_pptx(filename=path, include_slide_notes=False, infer_table_structure=True)
-        )
+        ),
+        titles=True,
     )
     # A slide's heading is its title; Unstructured also guesses "titles" among the bullets.
     seen: set[int | None] = set()

@@ -123,21 +123,55 @@ for _key, _value in SANDBOX_ENV.items():
     os.environ.setdefault(_key, _value)
 
 
-def mark_code(elements: list[Element]) -> list[Element]:
-    """Paragraphs of a Word or PowerPoint file that are listings become code elements,
-    which keep their lines and indentation (es_rag.cleaning) and stay whole in one chunk
-    (es_rag.chunking); as text their lines would be joined into one run-on sentence.
-    Neither format marks code by itself: a "Source Code" style or a monospace font is
-    the author's habit, and Unstructured reports neither. A listing Unstructured took for
-    a title (it does, in slides) is code too."""
-    from es_rag.headings import is_code_block
+def mark_code(elements: list[Element], *, titles: bool = False) -> list[Element]:
+    """Listings in a Word or PowerPoint file become code elements, which keep their lines
+    and indentation (es_rag.cleaning) and stay whole in one chunk (es_rag.chunking).
 
-    return [
-        replace(el, kind="code", level=None)
-        if el.kind in ("text", "title") and is_code_block(el.text)
-        else el
-        for el in elements
-    ]
+    Neither format marks code: a "Source Code" style or a monospace font is the author's
+    habit, and Unstructured reports neither. A listing is one paragraph of several lines
+    (soft line breaks, as pandoc writes it) or, as pasting from an editor writes it, a run
+    of one-line paragraphs that read as code or are indented; either way the lines together
+    must read as code (es_rag.headings.is_code_block), so indented prose stays prose.
+    ``titles``: the lines may be ones Unstructured took for titles (it does, in slides);
+    a Word heading is declared by its style and stays one.
+    """
+    from es_rag.headings import is_code_block, looks_like_code
+
+    kinds = ("text", "title") if titles else ("text",)
+
+    def line(el: Element) -> bool:
+        text = el.text.strip("\n")
+        return (
+            el.kind in kinds
+            and "\n" not in text
+            and bool(text.strip())
+            and (text[:1] in (" ", "\t") or looks_like_code(text))
+        )
+
+    def coded(el: Element) -> bool:
+        return looks_like_code(el.text.strip())
+
+    out: list[Element] = []
+    i = 0
+    while i < len(elements):
+        el = elements[i]
+        end = i
+        if line(el) and coded(el):  # a run opens at a line of code, not at indented prose
+            while end < len(elements) and line(elements[end]) and elements[end].page == el.page:
+                end += 1
+            while end - 1 > i and not coded(elements[end - 1]):
+                end -= 1  # and ends at one: indented prose after a listing is prose
+        run = elements[i:end]
+        if len(run) >= 2 and 2 * sum(map(coded, run)) >= len(run):
+            merged = "\n".join(e.text.strip("\n") for e in run)
+            out.append(replace(el, kind="code", level=None, text=merged))
+            i = end
+            continue
+        if el.kind in ("text", "title") and is_code_block(el.text):
+            el = replace(el, kind="code", level=None)
+        out.append(el)
+        i += 1
+    return out
 
 
 # A line that opens a list item: a bullet glyph or a short number or letter, then a space.
