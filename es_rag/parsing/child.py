@@ -29,7 +29,7 @@ from es_rag.errors import (
     ParseLimitError,
     UnsupportedFormatError,
 )
-from es_rag.headings import is_heading
+from es_rag.headings import is_heading, strip_numbering
 from es_rag.outline import MAX_ENTRIES, OutlineEntry, root_title
 from es_rag.parsing.common import (
     JUNK_TITLE,
@@ -210,13 +210,14 @@ _CHROME_CLASS_NAMES = (
     "hash-link anchor-link anchorjs-link theme-doc-sidebar-container theme-doc-toc-desktop "
     "theme-doc-toc-mobile theme-doc-breadcrumbs theme-doc-footer pagination-nav navbar "
     "breadcrumbs breadcrumb top-nav sub-nav bottom-nav legal-copy skip-nav flex-box-header "
-    "toc-container on-this-page edit-this-page"
+    "toc-container on-this-page edit-this-page nav-panel"
 )
 _CHROME_CLASSES = frozenset(_CHROME_CLASS_NAMES.split())
 _CHROME_IDS = frozenset(
     "toc table-of-contents sidebar navbar navigation searchbox breadcrumbs footer".split()  # noqa: SIM905
 )
 _PERMALINK = re.compile(r"\s*[¶§#🔗]\s*$")
+_PAREN_SUFFIX = re.compile(r"^(.+?)\s+\(([^()]+)\)$")
 _TITLE_SEPARATOR = re.compile(r"\s+[—–|·:-]\s+")
 # The site's part of a page title: "Python 3.11.2 documentation", "Docs", "v2.1".
 _SITE_SUFFIX = re.compile(r"documentation|\bdocs\b|javadoc|\bv?\d+\.\d+(?:\.\d+)*\b", re.IGNORECASE)
@@ -231,6 +232,12 @@ def _chrome(el: Any) -> bool:
         return text == 0 or links * 2 >= text
     if el.tag in _CHROME_TAGS:
         return True
+    if "header" in (el.get("class") or "").lower().split() and not el.xpath(".//h1|.//h2|.//h3"):
+        # Texinfo's (makeinfo) "Next: …, Previous: …, Up: …" bar; a page header holding its
+        # title, or one of words more than links, is content.
+        text = len(el.text_content().strip())
+        links = sum(len(a.text_content().strip()) for a in el.xpath(".//a"))
+        return text == 0 or links * 2 >= text
     if (el.get("role") or "").strip().lower() in _CHROME_ROLES:
         return True
     if (el.get("id") or "").strip().lower() in _CHROME_IDS:
@@ -270,7 +277,7 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
                 anchor.drop_tree()  # an anchor holding only "¶", "#" or an icon
         if h.text and _PERMALINK.search(h.text) and not len(h):
             h.text = _PERMALINK.sub("", h.text)
-    h1 = body.xpath(".//h1")
+    h1 = body.xpath(".//h1") or body.xpath("(.//h2 | .//h3)[1]")
     heading = " ".join(h1[0].text_content().split()) if h1 else ""
     site = root.xpath("string(//meta[@property='og:site_name']/@content)").strip()
     html = etree.tostring(body, encoding="unicode", method="html")
@@ -280,9 +287,11 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
 def _site_free_title(title: str | None, heading: str, site: str = "") -> str | None:
     """ "json — JSON encoder and decoder — Python 3.11.2 documentation" → the page's part.
 
-    The page's ``<h1>`` when the title starts with it; else the title less a last part
-    that names the site (``og:site_name``) or reads like one ("… documentation", "Docs",
-    a version); else the title as it is ("Python - a guide" keeps its "a guide").
+    The page's ``<h1>`` (its first ``<h2>`` or ``<h3>`` without one) when the title starts
+    with it, or when the title is it, unnumbered, before a parenthesised manual name
+    (Texinfo's pages); else the title less a last part that names the site
+    (``og:site_name``) or reads like one ("… documentation", "Docs", a version); else the
+    title as it is ("Python - a guide" keeps its "a guide").
     """
     if not title:
         return heading or None
@@ -291,6 +300,13 @@ def _site_free_title(title: str | None, heading: str, site: str = "") -> str | N
         rest = title[len(heading) :]
         if not rest or _TITLE_SEPARATOR.match(rest):
             return heading
+    # Texinfo: "Closure Example (libffi: the portable foreign function interface library)"
+    # over the heading "2.6 Closure Example".
+    named = _PAREN_SUFFIX.match(title)
+    if named and named.group(1) == "Top":
+        return named.group(2)  # a Texinfo manual's first page: the manual's name
+    if named and heading and strip_numbering(heading).casefold() == named.group(1).casefold():
+        return named.group(1)
     parts = _TITLE_SEPARATOR.split(title)
     last = parts[-1]
     if len(parts) > 1 and (

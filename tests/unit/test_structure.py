@@ -312,6 +312,18 @@ DOCUSAURUS = b"""<html><head><title>Intro | My Site</title></head><body>
 <footer class="footer">Copyright</footer></body></html>"""
 
 
+# Texinfo (makeinfo 6): the node bar in a "header" div, the manual's name after the node's.
+TEXINFO = b"""<html><head><title>Closure Example (libffi: the portable foreign function
+interface library)</title></head><body lang="en"><div class="section" id="Closure-Example">
+<div class="header"><p>Next: <a href="Thread-Safety.html" rel="next">Thread Safety</a>,
+Previous: <a href="The-Closure-API.html" rel="prev">The Closure API</a>, Up:
+<a href="Using-libffi.html" rel="up">Using libffi</a> &nbsp; [<a href="Index.html">Index</a>]
+</p></div><hr><h3 class="section">2.6 Closure Example</h3>
+<p>A trivial example that creates a new puts by binding fputs with stdout.</p>
+<div class="header"><p>Written by the libffi authors, who keep it up to date for every
+release of the library.</p></div></div></body></html>"""
+
+
 @pytest.mark.parametrize(
     ("page", "title", "kept", "gone"),
     [
@@ -326,6 +338,12 @@ DOCUSAURUS = b"""<html><head><title>Intro | My Site</title></head><body>
             "Getting started",
             ["Getting started", "Install MkDocs"],
             ["Table of contents", "Made with", "Home Docs"],
+        ),
+        (
+            TEXINFO,
+            "Closure Example",
+            ["2.6 Closure Example", "binding fputs", "Written by the libffi authors"],
+            ["Next:", "Previous:", "Thread Safety"],
         ),
         (
             DOCUSAURUS,
@@ -355,6 +373,9 @@ def test_site_suffixes_leave_titles() -> None:
     assert _site_free_title("Python - a guide", "") == "Python - a guide"
     assert _site_free_title("Setup | Acme Cloud", "", "Acme Cloud") == "Setup"
     assert _site_free_title("Setup | Acme Cloud", "") == "Setup | Acme Cloud"
+    assert _site_free_title("Types (libffi manual)", "2.3 Types") == "Types"
+    assert _site_free_title("Top (libffi manual)", "libffi") == "libffi manual"
+    assert _site_free_title("Python (a language)", "Snakes") == "Python (a language)"
 
 
 def test_html_report_counts_permalinks() -> None:
