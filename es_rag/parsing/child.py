@@ -217,6 +217,8 @@ _CHROME_IDS = frozenset(
     "toc table-of-contents sidebar navbar navigation searchbox breadcrumbs footer".split()  # noqa: SIM905
 )
 _PERMALINK = re.compile(r"\s*[¶§#🔗]\s*$")
+# DocBook's HTML (the DSSSL and XSL stylesheets) heads its title page's credits <h3>.
+_CREDIT_CLASSES = frozenset({"author", "editor", "othercredit", "corpauthor", "collab"})
 _PAREN_SUFFIX = re.compile(r"^(.+?)\s+\(([^()]+)\)$")
 _TITLE_SEPARATOR = re.compile(r"\s+[—–|·:-]\s+")
 # The site's part of a page title: "Python 3.11.2 documentation", "Docs", "v2.1".
@@ -272,6 +274,8 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
             el.drop_tree()
     headings = body.xpath(".//h1 | .//h2 | .//h3 | .//h4 | .//h5 | .//h6")
     for h in headings:
+        if _CREDIT_CLASSES & set((h.get("class") or "").lower().split()):
+            h.tag = "p"  # DocBook's title page sets its authors as <h3>: a credit, not a section
         for anchor in h.xpath(".//a"):
             if not _PERMALINK.sub("", anchor.text_content()).strip():
                 anchor.drop_tree()  # an anchor holding only "¶", "#" or an icon

@@ -312,6 +312,14 @@ DOCUSAURUS = b"""<html><head><title>Intro | My Site</title></head><body>
 <footer class="footer">Copyright</footer></body></html>"""
 
 
+# DocBook (Modular DocBook HTML Stylesheet): the title page's authors are <h3>s.
+DOCBOOK = b"""<HTML><HEAD><TITLE>Users and Groups in the Debian System</TITLE></HEAD><BODY>
+<DIV CLASS="TITLEPAGE"><H1 CLASS="TITLE">Users and Groups in the Debian System</H1>
+<H3 CLASS="AUTHOR">Joey Hess</H3><H3 CLASS="AUTHOR">Colin Watson</H3>
+<P>Copyright 2001 Joey Hess</P></DIV><H2>Introduction</H2><P>Users are listed here.</P>
+</BODY></HTML>"""
+
+
 # Texinfo (makeinfo 6): the node bar in a "header" div, the manual's name after the node's.
 TEXINFO = b"""<html><head><title>Closure Example (libffi: the portable foreign function
 interface library)</title></head><body lang="en"><div class="section" id="Closure-Example">
@@ -362,6 +370,13 @@ def test_documentation_site_chrome_is_left_out(
         assert text in html
     for text in gone:
         assert text not in html
+
+
+def test_docbook_authors_are_credits_not_sections() -> None:
+    html, title = _page_content(DOCBOOK)
+    assert title == "Users and Groups in the Debian System"
+    assert '<p class="AUTHOR">Joey Hess</p>' in html
+    assert "<h3" not in html.lower() and "<h2>Introduction</h2>" in html
 
 
 def test_site_suffixes_leave_titles() -> None:
