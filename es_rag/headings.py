@@ -132,7 +132,22 @@ def is_fragment(text: str, *, guessed: bool = True) -> bool:
 
 def is_heading(text: str, *, guessed: bool = True) -> bool:
     """Whether a line labelled as a heading may be one: prose, whole, not code."""
-    return not looks_like_code(text) and not is_fragment(text, guessed=guessed)
+    return (
+        not looks_like_code(text)
+        and not is_fragment(text, guessed=guessed)
+        and not (guessed and has_blob(text))
+    )
+
+
+# A run of letters and digits too long for a word: base64 (a PGP signature's lines), a key,
+# a hash.
+_BLOB = re.compile(r"(?=[\w+/=-]*\d)(?=[\w+/=-]*[A-Za-z])[\w+/=-]{24,}")
+
+
+def has_blob(text: str) -> bool:
+    """Whether a line holds a token of 24 or more letters and digits mixed (base64, a key,
+    a hash): such a line is data, never a guessed heading."""
+    return bool(_BLOB.search(text))
 
 
 def strip_numbering(text: str) -> str:

@@ -201,9 +201,9 @@ def paragraphs(text: str) -> list[Paragraph]:
     lines apart, a list keeps its items apart (each with its wrapped lines), a line over
     an underline of "=" or "-" is a heading, and a block that reads as code once its
     margin is gone (es_rag.headings.is_code_block) is kept as it is; where there are
-    almost no blank lines, a line is a paragraph.
+    almost no blank lines, a line is a paragraph. A clear-signed message's PGP armour goes.
     """
-    text = text.replace("\r\n", "\n")
+    text = _PGP_ARMOR.sub("", text.replace("\r\n", "\n"))
     lines = text.split("\n")
     head = lines[:2000]
     if sum(not line.strip() for line in head) < 0.1 * len(head):
@@ -240,11 +240,33 @@ def _block(raw: list[str]) -> list[Paragraph]:
     for row in rows:
         item = bool(_ITEM.match(row)) and (listing or not para or para[-1].endswith(":"))
         if item and para:
-            out.append(Paragraph(" ".join(para), "text"))
+            out.append(Paragraph(_joined(para), "text"))
             para = []
         listing = listing or item
         para.append(row)
-    out.append(Paragraph(" ".join(para), "text"))
+    out.append(Paragraph(_joined(para), "text"))
+    return out
+
+
+# A clear-signed message's armour (RFC 4880): its header and its signature block are
+# base64 and checksums, not text anyone would search.
+_PGP_ARMOR = re.compile(
+    r"^-----BEGIN PGP SIGNED MESSAGE-----\n(?:Hash: [^\n]*\n)?"
+    r"|^-----BEGIN PGP SIGNATURE-----$.*?^-----END PGP SIGNATURE-----$",
+    re.M | re.S,
+)
+_LINE_END_HYPHEN = re.compile(r"[^\W\d_]-$")
+
+
+def _joined(rows: list[str]) -> str:
+    """Wrapped lines as one: a word hyphenated at a line's end is joined whole ("in-" and
+    "vite" → "invite"), as es_rag.cleaning joins a PDF's lines."""
+    out = rows[0]
+    for row in rows[1:]:
+        if _LINE_END_HYPHEN.search(out) and row[:1].islower():
+            out = out[:-1] + row
+        else:
+            out += " " + row
     return out
 
 

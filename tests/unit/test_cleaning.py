@@ -557,3 +557,35 @@ def test_a_list_whose_items_end_like_statements_is_not_code() -> None:
         "* the complete command line that triggers the bug;\n\nThanks.\n"
     )
     assert ("* the system type;", "text") in pairs(text)
+
+
+def test_paragraphs_join_a_word_hyphenated_at_a_line_end() -> None:
+    text = (
+        "Intro.\n\nWhile you wait, I in-\nvite you to read the archive of this well-\nKnown list.\n"
+    )
+    assert pairs(text)[1] == (
+        "While you wait, I invite you to read the archive of this well- Known list.",
+        "text",
+    )
+
+
+def test_a_base64_line_is_never_a_guessed_heading() -> None:
+    # the last lines of a PGP signature in a mail body, which the text rules call a title
+    els = [Element("title", "Xav65S0P+Px4knaQcCIeCamQJ7uGcsw+CqMpNbxWYaTYmjAfkbKH1EuLC2VRwdmD")]
+    assert [e.kind for e in clean(els, guessed_titles=True)] == ["text"]
+    assert [e.kind for e in clean([Element("title", "Your host: Keith")], guessed_titles=True)] == [
+        "title"
+    ]
+
+
+def test_paragraphs_leave_out_a_clear_signed_message_armour() -> None:
+    text = (
+        "-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA1\n\nThe newsletter is back after a long "
+        "break, with its archive.\n\n-----BEGIN PGP SIGNATURE-----\nVersion: PGP 6.5.8\n\n"
+        "iQA/AwUBOuB5Xav65S0P+Px4knaQcCIeCamQJ7uGcsw+CqMpNbxWYaTYmjAfkbKH1EuL\n=8hLB\n"
+        "-----END PGP SIGNATURE-----\n\nSigned off.\n"
+    )
+    assert pairs(text) == [
+        ("The newsletter is back after a long break, with its archive.", "text"),
+        ("Signed off.", "text"),
+    ]
