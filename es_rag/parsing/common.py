@@ -129,9 +129,10 @@ def mark_code(elements: list[Element], *, titles: bool = False) -> list[Element]
 
     Neither format marks code: a "Source Code" style or a monospace font is the author's
     habit, and Unstructured reports neither. A listing is one paragraph of several lines
-    (soft line breaks, as pandoc writes it) or, as pasting from an editor writes it, a run
-    of one-line paragraphs that read as code or are indented; either way the lines together
-    must read as code (es_rag.headings.is_code_block), so indented prose stays prose.
+    (soft line breaks, as pandoc writes it) that reads as code (es_rag.headings.
+    is_code_block), or, as pasting from an editor writes it, a run of one-line paragraphs
+    that read as code or are indented, opening and ending at a line of code and half code
+    or more; indented prose stays prose.
     ``titles``: the lines may be ones Unstructured took for titles (it does, in slides);
     a Word heading is declared by its style and stays one.
     """
