@@ -225,21 +225,24 @@ _TITLE_SEPARATOR = re.compile(r"\s+[—–|·:-]\s+")
 _SITE_SUFFIX = re.compile(r"documentation|\bdocs\b|javadoc|\bv?\d+\.\d+(?:\.\d+)*\b", re.IGNORECASE)
 
 
+def _mostly_links(el: Any) -> bool:
+    """Empty, or at least half of its text in links: navigation, whatever it is called."""
+    text = len(el.text_content().strip())
+    links = sum(len(a.text_content().strip()) for a in el.xpath(".//a"))
+    return text == 0 or links * 2 >= text
+
+
 def _chrome(el: Any) -> bool:
     if el.tag == "aside" and el.xpath("ancestor::article"):
         # An aside inside an article may be a callout the author wrote; one made of links
         # is navigation all the same.
-        text = len(el.text_content().strip())
-        links = sum(len(a.text_content().strip()) for a in el.xpath(".//a"))
-        return text == 0 or links * 2 >= text
+        return _mostly_links(el)
     if el.tag in _CHROME_TAGS:
         return True
     if "header" in (el.get("class") or "").lower().split() and not el.xpath(".//h1|.//h2|.//h3"):
         # Texinfo's (makeinfo) "Next: …, Previous: …, Up: …" bar; a page header holding its
         # title, or one of words more than links, is content.
-        text = len(el.text_content().strip())
-        links = sum(len(a.text_content().strip()) for a in el.xpath(".//a"))
-        return text == 0 or links * 2 >= text
+        return _mostly_links(el)
     if (el.get("role") or "").strip().lower() in _CHROME_ROLES:
         return True
     if (el.get("id") or "").strip().lower() in _CHROME_IDS:
