@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from es_rag import cjk
-from es_rag.headings import has_blob, is_fragment, looks_like_code
+from es_rag.headings import is_fragment, is_heading, looks_like_code
 from es_rag.outline import OutlineEntry, apply_outline, margins, usable
 from es_rag.types import Element
 
@@ -230,7 +230,7 @@ def demote_non_headings(elements: Sequence[Element], *, guessed: bool) -> list[E
             text = el.text.strip()
             if guessed:
                 listing = 0 < i < len(elements) - 1 and code(i - 1) and code(i + 1)
-                demote = looks_like_code(text) or is_fragment(text) or has_blob(text) or listing
+                demote = not is_heading(text) or listing
             else:
                 demote = looks_like_code(text, declared=True) or is_fragment(text, guessed=False)
             if demote:
