@@ -253,7 +253,8 @@ def _chrome(el: Any) -> bool:
 def _page_content(data: bytes) -> tuple[str, str | None]:
     """A documentation page without its site's chrome, and its own title.
 
-    The page's ``<main>`` or ``[role=main]`` when it has one, else the whole body; then
+    The page's ``<main>`` or ``[role=main]`` (all of them, when pages were joined into
+    one) when it has one, else the whole body; then
     navigation, sidebars, tables of contents, footers and permalink anchors come out.
     """
     from lxml import etree
@@ -267,7 +268,13 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
     root = lxml_html.fromstring(data, parser=parser)
     title = root.findtext(".//title")
     main = root.xpath("//main | //*[@role='main']")
-    body = main[0] if main else root
+    outer = [m for m in main if not any(a in main for a in m.iterancestors())]
+    body = outer[0] if len(outer) == 1 else root
+    if len(outer) > 1:
+        # Pages joined into one (a converter's concatenation, an EPUB chapter made of
+        # several): every main region, in order, not only the first.
+        body = lxml_html.Element("div")
+        body.extend(outer)
     for el in [el for el in body.iter() if isinstance(el.tag, str) and _chrome(el)]:
         if el is body or el.getparent() is None:
             continue

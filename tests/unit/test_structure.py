@@ -372,6 +372,22 @@ def test_documentation_site_chrome_is_left_out(
         assert text not in html
 
 
+def test_pages_joined_into_one_keep_every_main_region() -> None:
+    """A converter that joins pages (pandoc, an EPUB chapter made of several) leaves one
+    main region per page: every one is read, in order, each without its chrome; a main
+    inside a main is read once."""
+    page = b"""<html><head><title>Excerpts</title></head><body>
+<div class="sphinxsidebar">Navigation</div>
+<div role="main"><h1>json</h1><p>Serialize obj as JSON.</p></div>
+<div class="footer">Copyright</div>
+<div role="main"><h1>csv</h1><main><p>Read delimited rows.</p></main></div>
+</body></html>"""
+    html, _ = _page_content(page)
+    assert html.index("Serialize obj") < html.index("Read delimited rows")
+    assert html.count("Read delimited rows") == 1
+    assert "Navigation" not in html and "Copyright" not in html
+
+
 def test_docbook_authors_are_credits_not_sections() -> None:
     html, title = _page_content(DOCBOOK)
     assert title == "Users and Groups in the Debian System"
