@@ -3,8 +3,8 @@
 Two steps. :func:`sniff` reads the first bytes (cheap, safe, in the caller's process) and
 names a family: PDF, image, zip container, OLE container or text. :func:`resolve` runs in
 the parse child, because it opens containers (a zip's directory can itself be hostile):
-it tells DOCX from PPTX from XLSX, refuses archives that would inflate past the limit,
-and recognises password-protected Office files (an encrypted DOCX is an OLE container
+it tells DOCX, PPTX, XLSX, ODT and EPUB apart, refuses archives that would inflate past
+the limit, and recognises password-protected Office files (an encrypted DOCX is an OLE container
 holding ``EncryptionInfo``, not a zip).
 
 Plain-text formats carry no signature, so there the extension decides between Markdown,
@@ -36,6 +36,8 @@ MARKDOWN = "text/markdown"
 TEXT = "text/plain"
 EMAIL = "message/rfc822"
 RTF = "application/rtf"
+ODT = "application/vnd.oasis.opendocument.text"
+EPUB = "application/epub+zip"
 PNG = "image/png"
 JPEG = "image/jpeg"
 TIFF = "image/tiff"
@@ -49,7 +51,8 @@ OLE = "application/x-ole-storage"
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL})
 SUPPORTED_LABEL = (
-    "PDF, DOCX, PPTX, XLSX, RTF, CSV/TSV, HTML, Markdown, plain text, EML, PNG/JPEG/TIFF/BMP/WebP"
+    "PDF, DOCX, PPTX, XLSX, ODT, RTF, EPUB, CSV/TSV, HTML, Markdown, plain text, EML, "
+    "PNG/JPEG/TIFF/BMP/WebP"
 )
 
 SNIFF_BYTES = 64 * 1024
@@ -212,12 +215,15 @@ def _zip_kind(path: Path, max_unzipped_bytes: int) -> str:
         return PPTX
     if "xl/workbook.xml" in names:
         return XLSX
+    if mimetype.strip() == ODT.encode():
+        return ODT
     if mimetype.startswith(b"application/vnd.oasis.opendocument"):
         raise UnsupportedFormatError(
-            f"OpenDocument ({mimetype.decode('ascii', 'replace')}): save it as DOCX, PPTX or XLSX"
+            f"OpenDocument other than text ({mimetype.decode('ascii', 'replace')}): "
+            "save it as PPTX or XLSX"
         )
-    if mimetype.startswith(b"application/epub"):
-        raise UnsupportedFormatError("EPUB is not supported")
+    if mimetype.startswith(b"application/epub") or "META-INF/container.xml" in names:
+        return EPUB
     raise UnsupportedFormatError(
         "a zip archive, not an Office document: unpack it and ingest the files inside"
     )

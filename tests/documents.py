@@ -3,8 +3,9 @@
 python-docx, python-pptx and openpyxl write Office files, reportlab writes PDFs with a
 text layer (its built-in STSong-Light CID font covers Chinese without a font file), Pillow
 draws the pages of scanned PDFs and images for OCR, and the standard library writes
-e-mail. Every writer returns the path it wrote; the ``*_FACTS`` constants say what a
-reader must find in the result.
+e-mail; OpenDocument text and EPUB, zips of XML, are written here part by part as
+LibreOffice and pandoc write them. Every writer returns the path it wrote; the
+``*_FACTS`` constants say what a reader must find in the result.
 """
 
 from __future__ import annotations
@@ -369,6 +370,228 @@ Known limits of this release:
   declares in its first line
 """
 MAIL_BODY = "Hi Bob,\n\nSpeed = d * t\n\nAs agreed, the importer ships on Monday.\n\nAlice\n"
+
+
+# --- ODT / EPUB -----------------------------------------------------------------------------
+# OpenDocument text as LibreOffice Writer saves it: a title paragraph, outline headings,
+# a listing in "Preformatted Text" (one paragraph a line, indentation as <text:s>), one in
+# a style of its own whose only sign is its fixed-pitch font, a footnote, a nested list, a
+# table padded with repeated empty cells, and what a reader does not see: a tracked
+# deletion, a comment and a generated table of contents.
+ODT_TITLE = "Expense policy"
+ODT_LISTING = "def allowance(days):\n    return 45 * days"
+ODT_MONO = "SELECT claim_id\n  FROM claims"
+ODT_FOOTNOTE = "Receipts are scanned by the finance office."
+ODT_HIDDEN = ("withdrawn paragraph about taxis", "check this with legal", "Meals ....... 1")
+_ODF_NS = (
+    'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+    'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" '
+    'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+    'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" '
+    'xmlns:fo="urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0" '
+    'xmlns:svg="urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0" '
+    'xmlns:dc="http://purl.org/dc/elements/1.1/" '
+    'xmlns:meta="urn:oasis:names:tc:opendocument:xmlns:meta:1.0" '
+    'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0"'
+)
+ODT_CONTENT = f"""<?xml version="1.0" encoding="UTF-8"?>
+<office:document-content {_ODF_NS} office:version="1.3">
+<office:font-face-decls>
+<style:font-face style:name="DejaVu Sans Mono" svg:font-family="'DejaVu Sans Mono'"
+ style:font-family-generic="modern" style:font-pitch="fixed"/>
+<style:font-face style:name="Liberation Serif" svg:font-family="'Liberation Serif'"
+ style:font-family-generic="roman" style:font-pitch="variable"/>
+</office:font-face-decls>
+<office:automatic-styles>
+<style:style style:name="P1" style:family="paragraph"
+ style:parent-style-name="Preformatted_20_Text"/>
+<style:style style:name="P2" style:family="paragraph" style:parent-style-name="Text_20_body">
+<style:text-properties style:font-name="Liberation Serif"/></style:style>
+</office:automatic-styles>
+<office:body><office:text>
+<text:tracked-changes><text:changed-region text:id="ct1"><text:deletion>
+<office:change-info><dc:creator>Eve</dc:creator></office:change-info>
+<text:p>A {ODT_HIDDEN[0]}.</text:p></text:deletion></text:changed-region></text:tracked-changes>
+<text:sequence-decls>
+<text:sequence-decl text:display-outline-level="0" text:name="Table"/></text:sequence-decls>
+<text:p text:style-name="Title">{ODT_TITLE}</text:p>
+<text:table-of-content text:name="Contents"><text:index-body>
+<text:p text:style-name="Contents_20_1">{ODT_HIDDEN[2]}</text:p>
+</text:index-body></text:table-of-content>
+<text:h text:style-name="Heading_20_1" text:outline-level="1">Meals</text:h>
+<text:p text:style-name="Text_20_body">Each traveller may claim<text:s/>a daily
+ meal allowance of 45 euros<text:note text:id="ftn1" text:note-class="footnote"><text:note-citation
+>1</text:note-citation><text:note-body><text:p text:style-name="Footnote">{ODT_FOOTNOTE}</text:p>
+</text:note-body></text:note>.<office:annotation><dc:creator>Eve</dc:creator><text:p
+>{ODT_HIDDEN[1]}</text:p></office:annotation><text:change text:change-id="ct1"/></text:p>
+<text:p text:style-name="Text_20_body">The allowance is computed like this:</text:p>
+<text:p text:style-name="P1">def allowance(days):</text:p>
+<text:p text:style-name="P1"><text:s text:c="4"/>return 45 * days</text:p>
+<text:p text:style-name="P1"/>
+<text:h text:style-name="Heading_20_2" text:outline-level="2">Reporting</text:h>
+<text:p text:style-name="Text_20_body">The monthly report reads the claims table:</text:p>
+<text:p text:style-name="Mono_20_Block">SELECT claim_id</text:p>
+<text:p text:style-name="Mono_20_Block"><text:s text:c="2"/>FROM claims</text:p>
+<text:h text:style-name="Heading_20_1" text:outline-level="1">Hotels</text:h>
+<text:p text:style-name="P2">Hotel nights are booked through the travel desk:</text:p>
+<text:list text:style-name="L1">
+<text:list-item><text:p>in Lyon, at the harbour hotel</text:p></text:list-item>
+<text:list-item><text:p>in Paris, near the office</text:p>
+<text:list><text:list-item><text:p>never more than three nights</text:p></text:list-item>
+</text:list>
+</text:list-item>
+</text:list>
+<table:table table:name="Rates">
+<table:table-column table:number-columns-repeated="4"/>
+<table:table-header-rows><table:table-row>
+<table:table-cell><text:p>City</text:p></table:table-cell>
+<table:table-cell><text:p>Nightly rate</text:p></table:table-cell>
+<table:table-cell table:number-columns-repeated="2"/>
+</table:table-row></table:table-header-rows>
+<table:table-row>
+<table:table-cell><text:p>Lyon</text:p></table:table-cell>
+<table:table-cell><text:p>120 EUR</text:p></table:table-cell>
+<table:table-cell table:number-columns-repeated="2"/>
+</table:table-row>
+<table:table-row>
+<table:table-cell><text:p>Paris</text:p></table:table-cell>
+<table:table-cell><text:p>180 EUR</text:p></table:table-cell>
+<table:table-cell table:number-columns-repeated="2"/>
+</table:table-row>
+</table:table>
+</office:text></office:body></office:document-content>
+"""
+ODT_STYLES = f"""<?xml version="1.0" encoding="UTF-8"?>
+<office:document-styles {_ODF_NS} office:version="1.3">
+<office:font-face-decls>
+<style:font-face style:name="DejaVu Sans Mono" svg:font-family="'DejaVu Sans Mono'"
+ style:font-pitch="fixed"/>
+</office:font-face-decls>
+<office:styles>
+<style:style style:name="Standard" style:family="paragraph"/>
+<style:style style:name="Text_20_body" style:display-name="Text body" style:family="paragraph"
+ style:parent-style-name="Standard"/>
+<style:style style:name="Preformatted_20_Text" style:display-name="Preformatted Text"
+ style:family="paragraph" style:parent-style-name="Standard"/>
+<style:style style:name="Mono_20_Block" style:display-name="Mono Block" style:family="paragraph"
+ style:parent-style-name="Standard">
+<style:text-properties style:font-name="DejaVu Sans Mono"/></style:style>
+</office:styles>
+</office:document-styles>
+"""
+ODT_META = f"""<?xml version="1.0" encoding="UTF-8"?>
+<office:document-meta {_ODF_NS} office:version="1.3"><office:meta>
+<dc:title>{ODT_TITLE}</dc:title><meta:generator>LibreOffice/7.4</meta:generator>
+</office:meta></office:document-meta>
+"""
+ODT_MANIFEST = """<?xml version="1.0" encoding="UTF-8"?>
+<manifest:manifest xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"
+ manifest:version="1.3">
+<manifest:file-entry manifest:full-path="/"
+ manifest:media-type="application/vnd.oasis.opendocument.text"/>
+<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/>
+<manifest:file-entry manifest:full-path="styles.xml" manifest:media-type="text/xml"/>
+<manifest:file-entry manifest:full-path="meta.xml" manifest:media-type="text/xml"/>
+</manifest:manifest>
+"""
+
+
+Parts = dict[str, "str | bytes | None"]
+
+
+def odf_package(path: Path, parts: Parts, *, mimetype: str) -> Path:
+    """A zip as OpenDocument and EPUB require it: ``mimetype`` first and stored; a part
+    given as None is left out."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(zipfile.ZipInfo("mimetype"), mimetype)
+        for name, data in parts.items():
+            if data is not None:
+                archive.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED)
+    return path
+
+
+def odt_policy(path: Path, replace: Parts | None = None) -> Path:
+    """The policy above; ``replace`` swaps, adds or (None) removes parts."""
+    parts: Parts = {
+        "content.xml": ODT_CONTENT,
+        "styles.xml": ODT_STYLES,
+        "meta.xml": ODT_META,
+        "META-INF/manifest.xml": ODT_MANIFEST,
+    }
+    return odf_package(
+        path, {**parts, **(replace or {})}, mimetype="application/vnd.oasis.opendocument.text"
+    )
+
+
+# An EPUB 3 as pandoc and Sphinx write one: a package whose manifest lists the chapters out
+# of order (the spine gives the reading order), a navigation document (a table of contents,
+# not text), an obfuscated font (encryption.xml, which is not DRM), and chapters with a
+# heading tree, a listing and a nav bar of their own.
+EPUB_TITLE = "Field Guide to the Harbour"
+EPUB_LISTING = "$ tide --port lyon\n  high water 06:12"
+EPUB_CHAPTERS = {
+    "text/ch01.xhtml": """<h1>Birds</h1>
+<p>Herons nest in the reeds on the north bank from March onwards.</p>
+<h2>Gulls</h2><p>Gulls follow the fishing boats back to the quay every evening.</p>""",
+    "text/ch02.xhtml": f"""<nav epub:type="landmarks">
+<a href="ch01.xhtml">Previous chapter</a></nav>
+<h1>Tides</h1><p>The harbour master publishes the tide table every Monday.</p>
+<pre>{EPUB_LISTING}</pre>
+<h2>Spring tides</h2><p>Spring tides flood the lower car park twice a year.</p>""",
+}
+EPUB_NAV_ONLY = "Contents of the guide"
+
+
+def _xhtml(title: str, body: str) -> str:
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE html>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">
+<head><meta charset="utf-8"/><title>{title}</title></head>
+<body>{body}</body></html>
+"""
+
+
+def epub_guide(path: Path, replace: Parts | None = None) -> Path:
+    """The guide above; ``replace`` swaps, adds or (None) removes parts."""
+    opf = f"""<?xml version="1.0" encoding="UTF-8"?>
+<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">
+<metadata xmlns:dc="http://purl.org/dc/elements/1.1/">
+<dc:identifier id="id">urn:uuid:0f3a</dc:identifier><dc:title>{EPUB_TITLE}</dc:title>
+<dc:language>en</dc:language></metadata>
+<manifest>
+<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>
+<item id="c2" href="text/ch02.xhtml" media-type="application/xhtml+xml"/>
+<item id="c1" href="text/ch01.xhtml" media-type="application/xhtml+xml"/>
+<item id="font" href="fonts/Serif.otf" media-type="font/otf"/>
+<item id="map" href="images/map.svg" media-type="image/svg+xml"/>
+</manifest>
+<spine><itemref idref="nav" linear="no"/><itemref idref="c1"/><itemref idref="map"/>
+<itemref idref="c2"/></spine></package>
+"""
+    nav = (
+        f'<nav epub:type="toc"><h1>{EPUB_NAV_ONLY}</h1>'
+        '<ol><li><a href="text/ch01.xhtml">Birds</a></li></ol></nav>'
+    )
+    parts: Parts = {
+        "META-INF/container.xml": """<?xml version="1.0"?>
+<container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">
+<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>
+</rootfiles></container>""",
+        "META-INF/encryption.xml": """<?xml version="1.0"?>
+<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
+ xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>
+<enc:EncryptionMethod Algorithm="http://www.idpf.org/2008/embedding"/>
+<enc:CipherData><enc:CipherReference URI="OEBPS/fonts/Serif.otf"/></enc:CipherData>
+</enc:EncryptedData></encryption>""",
+        "OEBPS/content.opf": opf,
+        "OEBPS/nav.xhtml": _xhtml("Contents", nav),
+        "OEBPS/fonts/Serif.otf": b"\x00obfuscated font bytes",
+        "OEBPS/images/map.svg": (
+            '<svg xmlns="http://www.w3.org/2000/svg"><text>Map label</text></svg>'
+        ),
+        **{f"OEBPS/{name}": _xhtml(name, body) for name, body in EPUB_CHAPTERS.items()},
+    }
+    return odf_package(path, {**parts, **(replace or {})}, mimetype="application/epub+zip")
 
 
 def eml_message(path: Path) -> Path:

@@ -38,8 +38,8 @@ def ingest(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="files or folders: PDF, DOCX, PPTX, XLSX, RTF, CSV, HTML, Markdown, text, EML, "
-            "images (the type is read from the content)"
+            help="files or folders: PDF, DOCX, PPTX, XLSX, ODT, RTF, EPUB, CSV, HTML, Markdown, "
+            "text, EML, images (the type is read from the content)"
         ),
     ],
     tenant: Annotated[str, typer.Option(help="tenant the documents belong to")],

@@ -5,7 +5,9 @@ without one, and images, are OCRed (es_rag.parsing.ocr); DOCX, PPTX (speaker not
 after their slide), XLSX (a table per sheet, headed by the sheet's name), CSV/TSV, HTML
 (navigation, sidebars, footers, tables of contents and permalinks of documentation
 sites left out), Markdown, plain text and EML (subject as
-title, sender and recipients kept) use their Unstructured partitioners. The warm-ups run
+title, sender and recipients kept) use their Unstructured partitioners; ODT and EPUB
+(which Unstructured reads only through pandoc) are turned into HTML by es-rag
+(es_rag.parsing.opendoc, es_rag.parsing.epub) and read by the HTML partitioner. The warm-ups run
 in the sandbox's server before it forks, so that children share the loaded libraries.
 """
 
@@ -70,6 +72,7 @@ def warm_image() -> None:
 def warm_office() -> None:
     import msoffcrypto  # noqa: F401
     import unstructured.partition.docx
+    import unstructured.partition.html
     import unstructured.partition.pptx
     import unstructured.partition.xlsx  # noqa: F401
 
@@ -360,17 +363,47 @@ def _check_depth(html: bytes) -> None:
         )
 
 
-def _html(path: str, options: ParseOptions) -> ParsedFile:
+def _html_elements(data: bytes) -> tuple[list[Element], str | None]:
+    """A page's elements, its chrome left out, and its own title."""
     from unstructured.partition.html import partition_html
 
-    data = Path(path).read_bytes()
     _check_depth(data)
     try:
         page, title = _page_content(data)
     except Exception as exc:  # lxml refuses what it cannot read at all
         raise CorruptDocumentError(f"unreadable HTML: {exc}") from None
     raw = partition_html(text=page, skip_headers_and_footers=True)
-    return ParsedFile(mime=detect.HTML, elements=to_elements(raw), title=title)
+    return to_elements(raw), title
+
+
+def _html(path: str, options: ParseOptions) -> ParsedFile:
+    elements, title = _html_elements(Path(path).read_bytes())
+    return ParsedFile(mime=detect.HTML, elements=elements, title=title)
+
+
+def _epub(path: str, options: ParseOptions) -> ParsedFile:
+    """Each chapter of the spine through the HTML path, in reading order; the book's
+    title from its package (es_rag.parsing.epub)."""
+    from es_rag.parsing.epub import epub_chapters
+
+    chapters, title = epub_chapters(path)
+    elements: list[Element] = []
+    for _, data in chapters:
+        elements += _html_elements(data)[0]
+    return ParsedFile(mime=detect.EPUB, elements=elements, title=title)
+
+
+def _odt(path: str, options: ParseOptions) -> ParsedFile:
+    """OpenDocument text as HTML written by es-rag (es_rag.parsing.opendoc), then the
+    HTML partitioner; listings in a body style are found as in DOCX."""
+    from unstructured.partition.html import partition_html
+
+    from es_rag.parsing.opendoc import odt_html
+
+    page, title = odt_html(path)
+    _check_depth(page.encode())
+    raw = partition_html(text=page, skip_headers_and_footers=True)
+    return ParsedFile(mime=detect.ODT, elements=mark_code(to_elements(raw)), title=title)
 
 
 def _markdown(path: str, options: ParseOptions) -> ParsedFile:
@@ -632,6 +665,8 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.DOCX: _docx,
     detect.PPTX: _pptx,
     detect.XLSX: _xlsx,
+    detect.ODT: _odt,
+    detect.EPUB: _epub,
     detect.CSV: _csv,
     detect.TSV: _csv,
     detect.HTML: _html,

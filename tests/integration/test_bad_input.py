@@ -119,8 +119,16 @@ def _plain_zip(path: Path, plain: Path) -> None:
 
 def _opendocument(path: Path, plain: Path) -> None:
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.spreadsheet")
         archive.writestr("content.xml", "<office:document-content/>")
+
+
+_DRM = """<?xml version="1.0"?>
+<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
+ xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>
+<enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
+<enc:CipherData><enc:CipherReference URI="OEBPS/text/ch01.xhtml"/></enc:CipherData>
+</enc:EncryptedData></encryption>"""
 
 
 @dataclass(frozen=True)
@@ -202,8 +210,14 @@ CASES = [
          CorruptDocumentError, "XMLSyntaxError"),
     Case("DOCX billion laughs (XML entities)", "22-entity-bomb.docx",
          documents.entity_bomb_docx, CorruptDocumentError, "entity amplification"),
-    Case("OpenDocument text", "23-opendocument.odt", _opendocument, UnsupportedFormatError,
-         "OpenDocument"),
+    Case("OpenDocument spreadsheet", "23-opendocument.ods", _opendocument,
+         UnsupportedFormatError, "OpenDocument other than text"),
+    Case("EPUB with DRM", "23a-drm.epub",
+         lambda p, _: documents.epub_guide(p, {"META-INF/encryption.xml": _DRM}),
+         EncryptedDocumentError, "encrypted (DRM)"),
+    Case("damaged ODT (cut content.xml)", "23b-damaged.odt",
+         lambda p, _: documents.odt_policy(p, {"content.xml": documents.ODT_CONTENT[:900]}),
+         CorruptDocumentError, "content.xml is not well-formed XML"),
     Case("named pipe (FIFO)", "24-fifo.txt", lambda p, _: os.mkfifo(p), InputError,
          "not a regular file", budget_s=CALLER),
     Case("whitespace only", "25-whitespace.txt", _write(b"   \n\t\n  \n"), EmptyDocumentError,

@@ -70,6 +70,8 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "mail.eml": d.eml_message,
     "listing.docx": d.docx_listing,
     "listing.pptx": d.pptx_listing,
+    "policy.odt": d.odt_policy,
+    "guide.epub": d.epub_guide,
 }
 TEXTS: dict[str, str] = {
     "help.html": d.HTML_PAGE,
@@ -98,6 +100,8 @@ EXPECTED: dict[str, tuple[str, str]] = {  # file -> (type read from the bytes, t
     "notes.txt": (detect.TEXT, "notes"),
     "listing.docx": (detect.DOCX, "Refund helpers"),
     "listing.pptx": (detect.PPTX, "Trying the refund helper"),
+    "policy.odt": (detect.ODT, d.ODT_TITLE),
+    "guide.epub": (detect.EPUB, d.EPUB_TITLE),
 }
 ALL_FILES = [*EXPECTED, *CHINESE_SCANS]
 DISTINCT = [name for name in ALL_FILES if name != DISGUISED]  # the copy reads the same
@@ -580,6 +584,43 @@ def test_listings_in_office_files_keep_lines_and_indentation(
         assert len(holders) == 1, [c.content for c in kids]
 
 
+def test_odt_headings_listings_and_what_a_reader_sees(
+    parsed: Callable[[str], ParsedFile],
+) -> None:
+    """OpenDocument text, read by es-rag (Unstructured needs pandoc for it): declared
+    headings give the title path, code styles (by name, or by a fixed-pitch font) keep a
+    listing whole and indented, a footnote is kept, and what Writer does not show (a
+    tracked deletion, a comment, the generated table of contents) is not indexed."""
+    doc = parsed("policy.odt")
+    text = everything(doc)
+    assert [e.text for e in doc.elements if e.kind == "code"] == [d.ODT_LISTING, d.ODT_MONO]
+    assert d.ODT_FOOTNOTE in text
+    assert "claim a daily meal allowance of 45 euros." in text  # <text:s/> is a space
+    assert not [hidden for hidden in d.ODT_HIDDEN if hidden in text]
+    kids = children(chunk(doc, SMALL))
+    assert holding(kids, "allowance(days)").title_path == (d.ODT_TITLE, "Meals")
+    assert holding(kids, "SELECT claim_id").title_path == (d.ODT_TITLE, "Meals", "Reporting")
+    rates = holding(kids, "180 EUR")
+    assert rates.title_path == (d.ODT_TITLE, "Hotels")
+    assert "| City | Nightly rate |" in rates.content  # the padding cells are gone
+    assert holding(kids, "never more than three nights").title_path == (d.ODT_TITLE, "Hotels")
+
+
+def test_epub_chapters_in_spine_order(parsed: Callable[[str], ParsedFile]) -> None:
+    """An EPUB's chapters are read in the spine's order (not the manifest's), each through
+    the HTML path; the navigation document and a chapter's own nav bar are not text."""
+    doc = parsed("guide.epub")
+    text = everything(doc)
+    assert text.index("Herons nest") < text.index("tide table")
+    assert d.EPUB_NAV_ONLY not in text and "Previous chapter" not in text
+    assert "Map label" not in text  # an SVG in the spine is a picture
+    kids = children(chunk(doc, SMALL))
+    assert holding(kids, "fishing boats").title_path == (d.EPUB_TITLE, "Birds", "Gulls")
+    tides = holding(kids, "tide --port lyon")
+    assert f"```\n{d.EPUB_LISTING}\n```" in tides.content
+    assert tides.title_path == (d.EPUB_TITLE, "Tides")
+
+
 def test_plain_text_keeps_asterisks_listings_and_list_items(
     parsed: Callable[[str], ParsedFile], parser: Parser, tmp_path: Path
 ) -> None:
@@ -793,6 +834,10 @@ def test_cli_ingests_every_format_and_finds_it(
         assert pdf["title_path"] == ["Operations Manual", "Shipping policy"]
         assert (pdf["page_start"], pdf["page_end"]) == (1, 1)
         assert "warehouse" in pdf["text"] and d.PDF_HEADER not in pdf["text"]
+
+        tides = search(env, "when does the harbour master publish the tide table")
+        book = hit_where(tides, lambda h: h["doc_id"].endswith("guide.epub"))
+        assert book["title_path"] == [d.EPUB_TITLE, "Tides"]
     finally:
         drop_alias(engine, env["ES_RAG_INDEX"])
         status = f"{env['ES_RAG_INDEX']}-status"

@@ -232,17 +232,33 @@ def test_plain_zip_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mimetype", "match"),
+    "mimetype",
     [
-        (b"application/vnd.oasis.opendocument.text", "OpenDocument"),
-        (b"application/vnd.oasis.opendocument.spreadsheet", "OpenDocument"),
-        (b"application/epub+zip", "EPUB"),
+        b"application/vnd.oasis.opendocument.spreadsheet",
+        b"application/vnd.oasis.opendocument.presentation",
     ],
 )
-def test_opendocument_and_epub_are_refused(tmp_path: Path, mimetype: bytes, match: str) -> None:
+def test_opendocument_other_than_text_is_refused(tmp_path: Path, mimetype: bytes) -> None:
     path = _zip(tmp_path / "a.bin", {"mimetype": mimetype, "content.xml": b"<x/>"})
-    with pytest.raises(UnsupportedFormatError, match=match):
+    with pytest.raises(UnsupportedFormatError, match="OpenDocument other than text"):
         resolve(path, detect.ZIP, max_unzipped_bytes=LIMIT)
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        ({"mimetype": b"application/vnd.oasis.opendocument.text"}, detect.ODT),
+        ({"mimetype": b"application/epub+zip"}, detect.EPUB),
+        # A mimetype saved with a line end, or none at all (the container names the book).
+        ({"mimetype": b"application/epub+zip\n"}, detect.EPUB),
+        ({"META-INF/container.xml": b"<container/>"}, detect.EPUB),
+    ],
+)
+def test_opendocument_text_and_epub_are_read(
+    tmp_path: Path, parts: dict[str, bytes], expected: str
+) -> None:
+    path = _zip(tmp_path / "a.bin", {**parts, "content.xml": b"<x/>"})
+    assert resolve(path, detect.ZIP, max_unzipped_bytes=LIMIT) == expected
 
 
 def test_zip_bomb_by_declared_size(tmp_path: Path) -> None:

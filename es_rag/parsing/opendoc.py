@@ -1,0 +1,338 @@
+"""OpenDocument text (ODT) → HTML, which the HTML partitioner then reads (in the child).
+
+Unstructured reads ODT by converting it with pandoc, a binary es-rag does not ship; the
+format is plain XML in a zip, so es-rag writes the HTML itself: declared headings
+(``text:h`` with its outline level), paragraphs, lists, tables, text boxes (captions) and
+footnotes (after their paragraph). Paragraphs in a code style (LibreOffice's
+"Preformatted Text", pandoc's "Source Text", any style whose name says code, source,
+listing or verbatim, or whose font is fixed-pitch), one after the other, become one
+``<pre>``, which keeps its lines and indentation. What a reader does not see is left
+out: tracked deletions, comments, hidden text, and the generated tables of contents and
+indexes (their entries repeat the headings).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import zipfile
+from typing import Any
+
+from es_rag.errors import CorruptDocumentError, EncryptedDocumentError
+
+_NS = {
+    "office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
+    "style": "urn:oasis:names:tc:opendocument:xmlns:style:1.0",
+    "text": "urn:oasis:names:tc:opendocument:xmlns:text:1.0",
+    "table": "urn:oasis:names:tc:opendocument:xmlns:table:1.0",
+    "draw": "urn:oasis:names:tc:opendocument:xmlns:drawing:1.0",
+    "svg": "urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0",
+    "dc": "http://purl.org/dc/elements/1.1/",
+    "manifest": "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0",
+}
+
+
+def _q(name: str) -> str:
+    prefix, local = name.split(":")
+    return f"{{{_NS[prefix]}}}{local}"
+
+
+_SPACES = re.compile(r"[ \t\r\n]+")
+_CODE_STYLE = re.compile(r"preformatted|source|code|listing|verbatim|monospace", re.IGNORECASE)
+# Generated content whose text repeats the document's (or is not meant to be read).
+_SKIP = frozenset(
+    _q(name)
+    for name in (
+        "text:tracked-changes",
+        "text:table-of-content",
+        "text:alphabetical-index",
+        "text:illustration-index",
+        "text:table-index",
+        "text:object-index",
+        "text:user-index",
+        "text:bibliography",
+        "text:sequence-decls",
+        "text:variable-decls",
+        "text:user-field-decls",
+        "text:hidden-paragraph",
+        "text:hidden-text",
+        "office:forms",
+        "office:annotation",
+        "office:annotation-end",
+        "text:note-citation",
+        "text:bookmark",
+        "text:bookmark-start",
+        "text:bookmark-end",
+        "text:soft-page-break",
+        "text:change",
+        "text:change-start",
+        "text:change-end",
+        "text:reference-mark",
+        "text:reference-mark-start",
+        "text:reference-mark-end",
+        "svg:title",
+        "svg:desc",
+    )
+)
+
+
+def xml_parser() -> Any:
+    """No entities, no network, no huge trees: the XML comes from the untrusted file."""
+    from lxml import etree
+
+    return etree.XMLParser(
+        resolve_entities=False, no_network=True, remove_comments=True, remove_pis=True
+    )
+
+
+def parse_xml(data: bytes, what: str) -> Any:
+    from lxml import etree
+
+    try:
+        return etree.fromstring(data, parser=xml_parser())
+    except etree.XMLSyntaxError as exc:
+        raise CorruptDocumentError(f"{what} is not well-formed XML: {exc}") from None
+
+
+def odt_html(path: str) -> tuple[str, str | None]:
+    """The document as HTML, and its title (``dc:title`` of meta.xml, else its "Title"
+    paragraph)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            if "META-INF/manifest.xml" in names and b"encryption-data" in archive.read(
+                "META-INF/manifest.xml"
+            ):
+                raise EncryptedDocumentError(
+                    "a password-protected OpenDocument file; remove the password"
+                )
+            if "content.xml" not in names:
+                raise CorruptDocumentError("an OpenDocument package without content.xml")
+            content = parse_xml(archive.read("content.xml"), "content.xml")
+            styles = (
+                parse_xml(archive.read("styles.xml"), "styles.xml")
+                if ("styles.xml" in names)
+                else None
+            )
+            meta = parse_xml(archive.read("meta.xml"), "meta.xml") if "meta.xml" in names else None
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
+        raise CorruptDocumentError(f"a damaged OpenDocument package: {exc}") from None
+    body = content.find(f"{_q('office:body')}/{_q('office:text')}")
+    if body is None:
+        raise CorruptDocumentError("an OpenDocument package without a text body")
+    writer = _Writer(_code_styles([x for x in (styles, content) if x is not None]))
+    writer.blocks(body)
+    title = None
+    if meta is not None:
+        found = meta.find(f".//{_q('dc:title')}")
+        title = " ".join((found.text or "").split()) if found is not None else None
+    return "<html><body>" + "".join(writer.out) + "</body></html>", title or writer.title
+
+
+def _code_styles(roots: list[Any]) -> frozenset[str]:
+    """Names of the paragraph styles that set code: by their name or their parents', or a
+    fixed-pitch font."""
+    fixed = set()
+    parents: dict[str, str | None] = {}
+    fonts: dict[str, str | None] = {}
+    shown: dict[str, str] = {}
+    for root in roots:
+        for face in root.iter(_q("style:font-face")):
+            if face.get(_q("style:font-pitch")) == "fixed":
+                fixed.add(face.get(_q("style:name")))
+        for st in root.iter(_q("style:style")):
+            if st.get(_q("style:family")) not in ("paragraph", None):
+                continue
+            name = st.get(_q("style:name")) or ""
+            parents[name] = st.get(_q("style:parent-style-name"))
+            shown[name] = st.get(_q("style:display-name")) or name.replace("_20_", " ")
+            props = st.find(_q("style:text-properties"))
+            fonts[name] = props.get(_q("style:font-name")) if props is not None else None
+    code = set()
+    for name in parents:
+        seen: set[str] = set()
+        at: str | None = name
+        while at and at not in seen:
+            seen.add(at)
+            if _CODE_STYLE.search(shown.get(at, at)) or (fonts.get(at) in fixed and fonts[at]):
+                code.add(name)
+                break
+            at = parents.get(at)
+    return frozenset(code)
+
+
+class _Writer:
+    """Walks ``office:text`` and writes HTML blocks; code paragraphs in a row share a
+    ``<pre>``."""
+
+    def __init__(self, code_styles: frozenset[str]) -> None:
+        self.code_styles = code_styles
+        self.out: list[str] = []
+        self.code: list[str] = []
+        self.title: str | None = None
+
+    def blocks(self, children: Any) -> None:
+        for el in children:
+            if not isinstance(el.tag, str) or el.tag in _SKIP:
+                continue
+            self.block(el)
+        self.flush()
+
+    def apart(self, children: Any) -> list[str]:
+        """The blocks of a footnote, text box or nested list, written apart from the
+        paragraph (or code run) they stand in."""
+        saved = self.out, self.code
+        self.out, self.code = [], []
+        self.blocks(children)
+        out = self.out
+        self.out, self.code = saved
+        return out
+
+    def flush(self) -> None:
+        while self.code and not self.code[-1].strip():
+            self.code.pop()
+        if self.code:
+            self.out.append("<pre>" + html.escape("\n".join(self.code)) + "</pre>")
+        self.code = []
+
+    def block(self, el: Any) -> None:
+        tag = el.tag
+        if tag == _q("text:p"):
+            style = el.get(_q("text:style-name")) or ""
+            after: list[str] = []
+            text = self.inline(el, after)
+            if style in self.code_styles:
+                if text.strip() or self.code:
+                    self.code.append(text)
+            else:
+                self.flush()
+                if text.strip():
+                    if style == "Title" and self.title is None:
+                        self.title = " ".join(text.split())
+                        self.out.append(f"<h1>{_escaped(text)}</h1>")
+                    else:
+                        self.out.append(f"<p>{_escaped(text)}</p>")
+            self.out += after
+            return
+        self.flush()
+        if tag == _q("text:h"):
+            after = []
+            text = self.inline(el, after)
+            level = min(6, max(1, _int(el.get(_q("text:outline-level")), 1)))
+            if text.strip():
+                self.out.append(f"<h{level}>{_escaped(text)}</h{level}>")
+            self.out += after
+        elif tag == _q("text:list"):
+            self.out.append("<ul>")
+            for item in el:
+                if item.tag in (_q("text:list-item"), _q("text:list-header")):
+                    self.list_item(item)
+            self.out.append("</ul>")
+        elif tag == _q("table:table"):
+            self.table(el)
+        else:  # text:section, text:index-body and other containers: their blocks
+            self.blocks(el)
+
+    def list_item(self, item: Any) -> None:
+        texts: list[str] = []
+        after: list[str] = []
+        nested: list[Any] = []
+        for child in item:
+            if child.tag in (_q("text:p"), _q("text:h")):
+                text = self.inline(child, after)
+                if text.strip():
+                    texts.append(text)
+            elif isinstance(child.tag, str) and child.tag not in _SKIP:
+                nested.append(child)
+        inner = self.apart(nested)
+        self.out += ["<li>" + "<br>".join(_escaped(t) for t in texts), *inner, *after, "</li>"]
+
+    def table(self, el: Any) -> None:
+        rows: list[list[str]] = []
+        for row in el.iter(_q("table:table-row")):
+            if _nearest_table(row) is not el:
+                continue  # a row of a table nested in a cell: read with that cell
+            cells = []
+            for cell in row:
+                if cell.tag == _q("table:table-cell"):
+                    after: list[str] = []
+                    parts = []
+                    for child in cell:
+                        if child.tag in (_q("text:p"), _q("text:h")):
+                            parts.append(self.inline(child, after))
+                        elif child.tag == _q("text:list"):
+                            parts += [self.inline(p, after) for p in child.iter(_q("text:p"))]
+                    text = " ".join(" ".join(parts).split())
+                    repeat = _int(cell.get(_q("table:number-columns-repeated")), 1)
+                    # A repeated empty cell pads a table to its declared width: once is enough.
+                    cells += [text] * (min(repeat, 64) if text else 1)
+                elif cell.tag == _q("table:covered-table-cell"):
+                    cells.append("")
+            while cells and not cells[-1]:
+                cells.pop()
+            if cells:
+                rows.append(cells)
+        if not rows:
+            return
+        width = max(len(r) for r in rows)
+        lines = ["<table>"]
+        for r in rows:
+            lines.append(
+                "<tr>"
+                + "".join(f"<td>{html.escape(c)}</td>" for c in r + [""] * (width - len(r)))
+                + "</tr>"
+            )
+        lines.append("</table>")
+        self.out.append("".join(lines))
+
+    def inline(self, el: Any, after: list[str], *, top: bool = True) -> str:
+        """The text a reader sees in a paragraph; its text boxes and footnotes go to
+        ``after``, as blocks of their own. As ODF says, a run of white space in the XML is
+        one space and a paragraph's leading white space is none: spaces that count are
+        ``<text:s>``, tabs ``<text:tab>``, line breaks ``<text:line-break>``."""
+        parts = [_SPACES.sub(" ", el.text or "")]
+        if top:
+            parts[0] = parts[0].lstrip(" ")
+        for child in el:
+            tag = child.tag
+            if not isinstance(tag, str) or tag in _SKIP:
+                pass
+            elif tag == _q("text:s"):
+                parts.append(" " * min(_int(child.get(_q("text:c")), 1), 1000))
+            elif tag == _q("text:tab"):
+                parts.append("\t")
+            elif tag == _q("text:line-break"):
+                parts.append("\n")
+            elif tag == _q("text:note"):
+                body = child.find(_q("text:note-body"))
+                if body is not None:
+                    after += self.apart(body)
+            elif tag == _q("draw:text-box"):
+                after += self.apart(child)
+            elif tag == _q("text:ruby"):
+                base = child.find(_q("text:ruby-base"))
+                if base is not None:
+                    parts.append(self.inline(base, after, top=False))
+            else:  # spans, links, fields (their shown value), frames
+                parts.append(self.inline(child, after, top=False))
+            parts.append(_SPACES.sub(" ", child.tail or ""))
+        return "".join(parts)
+
+
+def _nearest_table(el: Any) -> Any:
+    at = el.getparent()
+    while at is not None and at.tag != _q("table:table"):
+        at = at.getparent()
+    return at
+
+
+def _escaped(text: str) -> str:
+    """Inline text as HTML: a line break stays one."""
+    return "<br>".join(html.escape(line) for line in text.split("\n"))
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default

@@ -1,0 +1,156 @@
+"""ODT and EPUB read by es-rag (es_rag.parsing.opendoc, es_rag.parsing.epub): the HTML
+they become, and the clear error for each way such a package can be bad. The whole path
+(the sandbox, Unstructured's HTML partitioner, chunking, the index) is in
+tests/integration/test_parsing.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lxml import html as lxml_html
+
+from es_rag.errors import CorruptDocumentError, EncryptedDocumentError
+from es_rag.parsing.epub import epub_chapters
+from es_rag.parsing.opendoc import odt_html
+from tests import documents as d
+
+pytestmark = pytest.mark.unit
+
+
+def _blocks(page: str) -> list[tuple[str, str]]:
+    body = lxml_html.fromstring(page).find("body")
+    return [(el.tag, el.text_content()) for el in body]
+
+
+def test_odt_blocks_in_reading_order(tmp_path: Path) -> None:
+    page, title = odt_html(str(d.odt_policy(tmp_path / "p.odt")))
+    assert title == d.ODT_TITLE
+    blocks = _blocks(page)
+    assert [b for b in blocks if b[0] in ("h1", "h2")] == [
+        ("h1", d.ODT_TITLE),
+        ("h1", "Meals"),
+        ("h2", "Reporting"),
+        ("h1", "Hotels"),
+    ]
+    # Paragraphs of a code style in a row are one <pre>; the empty one that ends the run
+    # is dropped; a footnote follows its paragraph.
+    assert [text for tag, text in blocks if tag == "pre"] == [d.ODT_LISTING, d.ODT_MONO]
+    meals = [text for _, text in blocks].index("Meals")
+    # The XML's line end inside the paragraph is a space, as is <text:s/>.
+    assert blocks[meals + 1] == (
+        "p",
+        "Each traveller may claim a daily meal allowance of 45 euros.",
+    )
+    assert blocks[meals + 2] == ("p", d.ODT_FOOTNOTE)
+    assert not [hidden for hidden in d.ODT_HIDDEN if hidden in page]
+
+
+def test_odt_table_drops_its_padding_and_keeps_nested_lists(tmp_path: Path) -> None:
+    page, _ = odt_html(str(d.odt_policy(tmp_path / "p.odt")))
+    root = lxml_html.fromstring(page)
+    rows = [[td.text_content() for td in tr] for tr in root.iter("tr")]
+    assert rows == [["City", "Nightly rate"], ["Lyon", "120 EUR"], ["Paris", "180 EUR"]]
+    assert [li.text for li in root.iter("li")] == [
+        "in Lyon, at the harbour hotel",
+        "in Paris, near the office",
+        "never more than three nights",
+    ]
+
+
+def test_odt_title_paragraph_when_meta_has_none(tmp_path: Path) -> None:
+    _, title = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"meta.xml": None})))
+    assert title == d.ODT_TITLE
+
+
+def test_odt_password_is_refused_as_encrypted(tmp_path: Path) -> None:
+    manifest = d.ODT_MANIFEST.replace(
+        'manifest:full-path="content.xml" manifest:media-type="text/xml"/>',
+        'manifest:full-path="content.xml" manifest:media-type="text/xml">'
+        '<manifest:encryption-data manifest:checksum-type="SHA1/1K" manifest:checksum="x">'
+        '<manifest:algorithm manifest:algorithm-name="Blowfish CFB"/></manifest:encryption-data>'
+        "</manifest:file-entry>",
+    )
+    path = d.odt_policy(
+        tmp_path / "p.odt", {"META-INF/manifest.xml": manifest, "content.xml": b"\x8f\x02binary"}
+    )
+    with pytest.raises(EncryptedDocumentError, match="password"):
+        odt_html(str(path))
+
+
+@pytest.mark.parametrize(
+    ("parts", "match"),
+    [
+        ({"content.xml": None}, "without content.xml"),
+        ({"content.xml": "<office:document-content>"}, "not well-formed"),
+        ({"content.xml": d.ODT_CONTENT.replace("<office:body>", "")}, "not well-formed"),
+        ({"content.xml": f"<office:document-content {d._ODF_NS}/>"}, "without a text body"),
+    ],
+)
+def test_damaged_odt_is_a_clear_error(tmp_path: Path, parts: d.Parts, match: str) -> None:
+    with pytest.raises(CorruptDocumentError, match=match):
+        odt_html(str(d.odt_policy(tmp_path / "p.odt", parts)))
+
+
+def test_odt_external_entities_are_not_read(tmp_path: Path) -> None:
+    """An external entity naming a local file in content.xml: the XML parser does not
+    substitute entities, so the file's text never reaches the index."""
+    doctype = '<!DOCTYPE office:document-content [<!ENTITY f SYSTEM "file:///etc/passwd">]>'
+    content = d.ODT_CONTENT.replace(
+        "<office:document-content", doctype + "<office:document-content", 1
+    ).replace("Hotel nights", "&f; Hotel nights")
+    page, _ = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"content.xml": content})))
+    assert "root:" not in page
+    assert "Hotel nights are booked" in page
+
+
+def test_odt_entity_bomb_is_refused(tmp_path: Path) -> None:
+    lol = "".join(
+        f'<!ENTITY l{i} "{("&l" + str(i - 1) + ";") * 10 if i else "lol"}">' for i in range(9)
+    )
+    content = d.ODT_CONTENT.replace(
+        "<office:document-content",
+        f"<!DOCTYPE office:document-content [{lol}]><office:document-content",
+        1,
+    ).replace("Hotel nights", "&l8; Hotel nights")
+    with pytest.raises(CorruptDocumentError, match=r"content\.xml"):
+        odt_html(str(d.odt_policy(tmp_path / "p.odt", {"content.xml": content})))
+
+
+def test_epub_chapters_in_spine_order_without_navigation(tmp_path: Path) -> None:
+    chapters, title = epub_chapters(str(d.epub_guide(tmp_path / "g.epub")))
+    assert title == d.EPUB_TITLE
+    # The nav document and the SVG are in the spine; only XHTML chapters are read.
+    assert [name for name, _ in chapters] == ["OEBPS/text/ch01.xhtml", "OEBPS/text/ch02.xhtml"]
+
+
+def test_epub_with_encrypted_chapters_is_refused(tmp_path: Path) -> None:
+    drm = """<?xml version="1.0"?>
+<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
+ xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>
+<enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
+<enc:CipherData><enc:CipherReference URI="OEBPS/text/ch02.xhtml"/></enc:CipherData>
+</enc:EncryptedData></encryption>"""
+    path = d.epub_guide(tmp_path / "g.epub", {"META-INF/encryption.xml": drm})
+    with pytest.raises(EncryptedDocumentError, match="DRM"):
+        epub_chapters(str(path))
+
+
+@pytest.mark.parametrize(
+    ("parts", "match"),
+    [
+        ({"META-INF/container.xml": None}, "without META-INF/container.xml"),
+        ({"OEBPS/content.opf": None}, "names no package document"),
+        ({"OEBPS/text/ch02.xhtml": None}, "spine names 'OEBPS/text/ch02.xhtml'"),
+        ({"OEBPS/content.opf": "<package"}, "not well-formed"),
+        (
+            {
+                "OEBPS/content.opf": '<package xmlns="http://www.idpf.org/2007/opf"><spine/></package>'
+            },
+            "lists no chapter",
+        ),
+    ],
+)
+def test_damaged_epub_is_a_clear_error(tmp_path: Path, parts: d.Parts, match: str) -> None:
+    with pytest.raises(CorruptDocumentError, match=match):
+        epub_chapters(str(d.epub_guide(tmp_path / "g.epub", parts)))
