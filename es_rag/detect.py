@@ -3,7 +3,7 @@
 Two steps. :func:`sniff` reads the first bytes (cheap, safe, in the caller's process) and
 names a family: PDF, image, zip container, OLE container or text. :func:`resolve` runs in
 the parse child, because it opens containers (a zip's directory can itself be hostile):
-it tells DOCX, PPTX, XLSX, ODT and EPUB apart, refuses archives that would inflate past
+it tells DOCX, PPTX, XLSX, ODT, ODS, ODP and EPUB apart, refuses archives that would inflate past
 the limit, and recognises password-protected Office files (an encrypted DOCX is an OLE container
 holding ``EncryptionInfo``, not a zip).
 
@@ -37,6 +37,8 @@ TEXT = "text/plain"
 EMAIL = "message/rfc822"
 RTF = "application/rtf"
 ODT = "application/vnd.oasis.opendocument.text"
+ODS = "application/vnd.oasis.opendocument.spreadsheet"
+ODP = "application/vnd.oasis.opendocument.presentation"
 EPUB = "application/epub+zip"
 PNG = "image/png"
 JPEG = "image/jpeg"
@@ -51,7 +53,7 @@ OLE = "application/x-ole-storage"
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL})
 SUPPORTED_LABEL = (
-    "PDF, DOCX, PPTX, XLSX, ODT, RTF, EPUB, CSV/TSV, HTML, Markdown, plain text, EML, "
+    "PDF, DOCX, PPTX, XLSX, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, plain text, EML, "
     "PNG/JPEG/TIFF/BMP/WebP"
 )
 
@@ -215,12 +217,13 @@ def _zip_kind(path: Path, max_unzipped_bytes: int) -> str:
         return PPTX
     if "xl/workbook.xml" in names:
         return XLSX
-    if mimetype.strip() == ODT.encode():
-        return ODT
+    for kind in (ODT, ODS, ODP):
+        if mimetype.strip() == kind.encode():
+            return kind
     if mimetype.startswith(b"application/vnd.oasis.opendocument"):
         raise UnsupportedFormatError(
-            f"OpenDocument other than text ({mimetype.decode('ascii', 'replace')}): "
-            "save it as PPTX or XLSX"
+            f"OpenDocument drawing, formula, template or database "
+            f"({mimetype.decode('ascii', 'replace')}): export it as ODT, ODS, ODP or PDF"
         )
     if mimetype.startswith(b"application/epub") or "META-INF/container.xml" in names:
         return EPUB

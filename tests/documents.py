@@ -523,6 +523,120 @@ def odt_policy(path: Path, replace: Parts | None = None) -> Path:
     )
 
 
+def ods_book(path: Path) -> Path:
+    """The XLSX workbook's sheets as pandas writes a spreadsheet (through odfpy)."""
+    import pandas as pd
+
+    with pd.ExcelWriter(path, engine="odf") as writer:
+        for name, rows in XLSX_SHEETS.items():
+            frame = pd.DataFrame(rows[1:], columns=list(rows[0]))
+            frame.to_excel(writer, sheet_name=name, index=False)
+    return path
+
+
+def huge_repeat_ods(path: Path) -> Path:
+    """A sheet whose one row, a value in each of 1,000 columns, repeats 10,000 times: ten
+    million cells once spelt out, in a file of a few hundred bytes."""
+    row = (
+        '<table:table-row table:number-rows-repeated="10000"><table:table-cell '
+        'table:number-columns-repeated="1000"><text:p>same</text:p></table:table-cell>'
+        "</table:table-row>"
+    )
+    content = (
+        f'<?xml version="1.0" encoding="UTF-8"?><office:document-content {_ODF_NS}>'
+        f'<office:body><office:spreadsheet><table:table table:name="Data">{row}'
+        "</table:table></office:spreadsheet></office:body></office:document-content>"
+    )
+    return odf_package(
+        path,
+        {"content.xml": content, "META-INF/manifest.xml": ODT_MANIFEST},
+        mimetype="application/vnd.oasis.opendocument.spreadsheet",
+    )
+
+
+# A presentation as odfpy writes one: title placeholders, an outline list, speaker notes,
+# a console session in a text box (line breaks, not paragraphs), a table, and an empty
+# slide before the last (the slide numbers must stay true).
+ODP_SLIDES = [
+    ("Quarterly review", ["Revenue grew 12% in the quarter", "Churn fell to 3%"]),
+    ("Trying the refund helper", None),  # the console session
+    ("Rates", None),  # the table
+    ("", None),
+    ("Questions", ["Ask the finance team about travel budgets"]),
+]
+ODP_NOTES = "Mention the Lyon office first."
+ODP_RATES = [("City", "Nightly rate"), ("Lyon", "120 EUR"), ("Paris", "180 EUR")]
+
+
+def odp_deck(path: Path) -> Path:
+    from odf.draw import Frame, Page, TextBox
+    from odf.namespaces import PRESENTATIONNS
+    from odf.opendocument import OpenDocumentPresentation
+    from odf.presentation import Notes
+    from odf.style import MasterPage, PageLayout, PageLayoutProperties
+    from odf.table import Table, TableCell, TableColumn, TableRow
+    from odf.text import LineBreak, List, ListItem, P
+
+    doc = OpenDocumentPresentation()
+    layout = PageLayout(name="Slide")
+    layout.addElement(PageLayoutProperties(pagewidth="28cm", pageheight="21cm"))
+    doc.automaticstyles.addElement(layout)
+    master = MasterPage(name="Default", pagelayoutname=layout)
+    doc.masterstyles.addElement(master)
+
+    def frame(parent, kind: str | None, y: int):  # type: ignore[no-untyped-def]
+        made = Frame(width="24cm", height="3cm", x="2cm", y=f"{y}cm")
+        if kind:
+            made.setAttrNS(PRESENTATIONNS, "class", kind)
+        parent.addElement(made)
+        return made
+
+    for number, (title, bullets) in enumerate(ODP_SLIDES, start=1):
+        page = Page(masterpagename=master, name=f"page{number}")
+        doc.presentation.addElement(page)
+        if title:
+            box = TextBox()
+            frame(page, "title", 1).addElement(box)
+            box.addElement(P(text=title))
+        if bullets:
+            box = TextBox()
+            frame(page, "outline", 5).addElement(box)
+            items = List()
+            box.addElement(items)
+            for bullet in bullets:
+                item = ListItem()
+                item.addElement(P(text=bullet))
+                items.addElement(item)
+        if title == "Trying the refund helper":
+            box = TextBox()
+            frame(page, None, 5).addElement(box)
+            para = P()
+            for i, line in enumerate(CODE_SESSION.split("\n")):
+                if i:
+                    para.addElement(LineBreak())
+                para.addText(line)
+            box.addElement(para)
+        if title == "Rates":
+            table = Table(name="Rates")
+            table.addElement(TableColumn(numbercolumnsrepeated=2))
+            for row in ODP_RATES:
+                tr = TableRow()
+                for value in row:
+                    cell = TableCell()
+                    cell.addElement(P(text=value))
+                    tr.addElement(cell)
+                table.addElement(tr)
+            frame(page, None, 5).addElement(table)
+        if number == 1:
+            notes = Notes()
+            page.addElement(notes)
+            box = TextBox()
+            frame(notes, "notes", 12).addElement(box)
+            box.addElement(P(text=ODP_NOTES))
+    doc.save(str(path))
+    return path
+
+
 # An EPUB 3 as pandoc and Sphinx write one: a package whose manifest lists the chapters out
 # of order (the spine gives the reading order), a navigation document (a table of contents,
 # not text), an obfuscated font (encryption.xml, which is not DRM), and chapters with a

@@ -157,7 +157,7 @@ class Parser:
             raise EmptyDocumentError("empty document: no text to index (only whitespace)")
         parsed.elements = elements
         # A spreadsheet's first heading is its first sheet's name, not the workbook's title.
-        opening = elements if parsed.mime != detect.XLSX else []
+        opening = elements if parsed.mime not in (detect.XLSX, detect.ODS) else []
         parsed.title = _title(parsed.title, opening) or path.stem
         return parsed
 

@@ -5,8 +5,8 @@ without one, and images, are OCRed (es_rag.parsing.ocr); DOCX, PPTX (speaker not
 after their slide), XLSX (a table per sheet, headed by the sheet's name), CSV/TSV, HTML
 (navigation, sidebars, footers, tables of contents and permalinks of documentation
 sites left out), Markdown, plain text and EML (subject as
-title, sender and recipients kept) use their Unstructured partitioners; ODT and EPUB
-(which Unstructured reads only through pandoc) are turned into HTML by es-rag
+title, sender and recipients kept) use their Unstructured partitioners; OpenDocument and
+EPUB (which Unstructured reads only through pandoc) are turned into HTML by es-rag
 (es_rag.parsing.opendoc, es_rag.parsing.epub) and read by the HTML partitioner. The warm-ups run
 in the sandbox's server before it forks, so that children share the loaded libraries.
 """
@@ -406,6 +406,45 @@ def _odt(path: str, options: ParseOptions) -> ParsedFile:
     return ParsedFile(mime=detect.ODT, elements=mark_code(to_elements(raw)), title=title)
 
 
+def _ods(path: str, options: ParseOptions) -> ParsedFile:
+    """A table per sheet, headed by the sheet's name, as XLSX (es_rag.parsing.opendoc)."""
+    from unstructured.partition.html import partition_html
+
+    from es_rag.parsing.opendoc import ods_sheets
+
+    sheets, title = ods_sheets(path)
+    out: list[Element] = []
+    for number, (name, table) in enumerate(sheets, start=1):
+        out.append(Element(kind="title", text=name, level=1, page=number))
+        raw = partition_html(text=f"<html><body>{table}</body></html>")
+        out += [replace(el, page=number) for el in to_elements(raw)]
+    return ParsedFile(mime=detect.ODS, elements=out, title=title)
+
+
+def _odp(path: str, options: ParseOptions) -> ParsedFile:
+    """As PPTX: the slide number as page, the title placeholder as the slide's one
+    heading, listings as code, the speaker notes after the slide's content."""
+    from unstructured.partition.html import partition_html
+
+    from es_rag.parsing.opendoc import odp_slides
+
+    slides, title = odp_slides(path)
+    out: list[Element] = []
+    for number, slide in enumerate(slides, start=1):
+        if slide.html:
+            _check_depth(slide.html.encode())
+            raw = partition_html(text=f"<html><body>{slide.html}</body></html>")
+            elements = mark_code(to_elements(raw), titles=True)
+            for i, el in enumerate(elements):
+                # Unstructured also guesses "titles" among the bullets.
+                declared = i == 0 and slide.title and el.kind == "title"
+                kind = el.kind if el.kind != "title" or declared else "text"
+                out.append(replace(el, kind=kind, level=1 if declared else None, page=number))
+        if slide.notes:
+            out.append(Element(kind="notes", text=slide.notes, page=number))
+    return ParsedFile(mime=detect.ODP, elements=out, title=title, pages=len(slides))
+
+
 def _markdown(path: str, options: ParseOptions) -> ParsedFile:
     """es-rag's own Markdown reader (es_rag.markdown, the one in-memory text gets): the
     same elements for a file and for its text, and no Unstructured partition (about 70
@@ -666,6 +705,8 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.PPTX: _pptx,
     detect.XLSX: _xlsx,
     detect.ODT: _odt,
+    detect.ODS: _ods,
+    detect.ODP: _odp,
     detect.EPUB: _epub,
     detect.CSV: _csv,
     detect.TSV: _csv,

@@ -1,14 +1,18 @@
-"""OpenDocument text (ODT) → HTML, which the HTML partitioner then reads (in the child).
+"""OpenDocument (ODT, ODS, ODP) → HTML, which the HTML partitioner then reads (in the child).
 
-Unstructured reads ODT by converting it with pandoc, a binary es-rag does not ship; the
-format is plain XML in a zip, so es-rag writes the HTML itself: declared headings
-(``text:h`` with its outline level), paragraphs, lists, tables, text boxes (captions) and
-footnotes (after their paragraph). Paragraphs in a code style (LibreOffice's
-"Preformatted Text", pandoc's "Source Text", any style whose name says code, source,
-listing or verbatim, or whose font is fixed-pitch), one after the other, become one
-``<pre>``, which keeps its lines and indentation. What a reader does not see is left
-out: tracked deletions, comments, hidden text, and the generated tables of contents and
-indexes (their entries repeat the headings).
+Unstructured reads OpenDocument by converting it with pandoc or LibreOffice, binaries
+es-rag does not ship; the format is plain XML in a zip, so es-rag writes the HTML itself.
+Text (ODT): declared headings (``text:h`` with its outline level), paragraphs, lists,
+tables, text boxes (captions) and footnotes (after their paragraph). Paragraphs in a code
+style (LibreOffice's "Preformatted Text", pandoc's "Source Text", any style whose name
+says code, source, listing or verbatim, or whose font is fixed-pitch), one after the
+other, become one ``<pre>``, which keeps its lines and indentation; so does a paragraph
+whose line breaks set out a listing (es_rag.headings.is_code_block), as in DOCX.
+Spreadsheets (ODS): a table per sheet, named by the sheet. Presentations (ODP): per
+slide, the title placeholder's text, the other shapes' text and tables in document order,
+and the speaker notes apart. What a reader does not see is left out: tracked deletions,
+comments, hidden text, and the generated tables of contents and indexes (their entries
+repeat the headings).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import html
 import re
 import zipfile
+from dataclasses import dataclass
 from typing import Any
 
-from es_rag.errors import CorruptDocumentError, EncryptedDocumentError
+from es_rag.errors import CorruptDocumentError, DocumentTooLargeError, EncryptedDocumentError
+from es_rag.headings import is_code_block
 
 _NS = {
     "office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
@@ -27,6 +33,7 @@ _NS = {
     "table": "urn:oasis:names:tc:opendocument:xmlns:table:1.0",
     "draw": "urn:oasis:names:tc:opendocument:xmlns:drawing:1.0",
     "svg": "urn:oasis:names:tc:opendocument:xmlns:svg-compatible:1.0",
+    "presentation": "urn:oasis:names:tc:opendocument:xmlns:presentation:1.0",
     "dc": "http://purl.org/dc/elements/1.1/",
     "manifest": "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0",
 }
@@ -37,6 +44,9 @@ def _q(name: str) -> str:
     return f"{{{_NS[prefix]}}}{local}"
 
 
+# Cells, repeats spelt out, that a file's tables may hold: a spreadsheet that declares a
+# value over a million rows would otherwise be written out in full.
+MAX_CELLS = 2_000_000
 _SPACES = re.compile(r"[ \t\r\n]+")
 _CODE_STYLE = re.compile(r"preformatted|source|code|listing|verbatim|monospace", re.IGNORECASE)
 # Generated content whose text repeats the document's (or is not meant to be read).
@@ -94,9 +104,9 @@ def parse_xml(data: bytes, what: str) -> Any:
         raise CorruptDocumentError(f"{what} is not well-formed XML: {exc}") from None
 
 
-def odt_html(path: str) -> tuple[str, str | None]:
-    """The document as HTML, and its title (``dc:title`` of meta.xml, else its "Title"
-    paragraph)."""
+def _package(path: str, body: str) -> tuple[Any, Any, str | None]:
+    """The package's ``office:body/office:<body>`` element, its styles.xml (or None) and
+    its ``dc:title``; the errors a damaged or protected package gets."""
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
@@ -111,22 +121,110 @@ def odt_html(path: str) -> tuple[str, str | None]:
             content = parse_xml(archive.read("content.xml"), "content.xml")
             styles = (
                 parse_xml(archive.read("styles.xml"), "styles.xml")
-                if ("styles.xml" in names)
+                if "styles.xml" in names
                 else None
             )
             meta = parse_xml(archive.read("meta.xml"), "meta.xml") if "meta.xml" in names else None
     except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
         raise CorruptDocumentError(f"a damaged OpenDocument package: {exc}") from None
-    body = content.find(f"{_q('office:body')}/{_q('office:text')}")
-    if body is None:
-        raise CorruptDocumentError("an OpenDocument package without a text body")
-    writer = _Writer(_code_styles([x for x in (styles, content) if x is not None]))
-    writer.blocks(body)
+    found = content.find(f"{_q('office:body')}/{_q('office:' + body)}")
+    if found is None:
+        raise CorruptDocumentError(f"an OpenDocument package without its {body} body")
     title = None
     if meta is not None:
-        found = meta.find(f".//{_q('dc:title')}")
-        title = " ".join((found.text or "").split()) if found is not None else None
+        named = meta.find(f".//{_q('dc:title')}")
+        title = " ".join((named.text or "").split()) if named is not None else None
+    return found, styles, title or None
+
+
+def _writer(body: Any, styles: Any) -> _Writer:
+    return _Writer(
+        _code_styles([x for x in (styles, body.getroottree().getroot()) if x is not None])
+    )
+
+
+def odt_html(path: str) -> tuple[str, str | None]:
+    """The document as HTML, and its title (``dc:title`` of meta.xml, else its "Title"
+    paragraph)."""
+    body, styles, title = _package(path, "text")
+    writer = _writer(body, styles)
+    writer.blocks(body)
     return "<html><body>" + "".join(writer.out) + "</body></html>", title or writer.title
+
+
+def ods_sheets(path: str) -> tuple[list[tuple[str, str]], str | None]:
+    """Each sheet that holds text, as (its name, its table in HTML), and the title."""
+    body, styles, title = _package(path, "spreadsheet")
+    writer = _writer(body, styles)
+    sheets: list[tuple[str, str]] = []
+    for table in body.iter(_q("table:table")):
+        if _nearest_table(table) is not None:
+            continue  # a table inside a cell's text: read with its cell
+        page = writer.table_html(table)
+        if page:
+            sheets.append((table.get(_q("table:name")) or f"Sheet{len(sheets) + 1}", page))
+    return sheets, title
+
+
+@dataclass
+class Slide:
+    """One slide: its declared title, the rest of its text as HTML, its speaker notes."""
+
+    title: str
+    html: str
+    notes: str
+
+
+def odp_slides(path: str) -> tuple[list[Slide], str | None]:
+    """Every slide in order (an empty one too: slide numbers stay true), and the title."""
+    body, styles, title = _package(path, "presentation")
+    writer = _writer(body, styles)
+    slides = []
+    for page in body.iter(_q("draw:page")):
+        out: list[str] = []
+        heads: list[str] = []
+        _shapes(page, writer, out, heads)
+        notes: list[str] = []
+        for frame in page.iterfind(f"{_q('presentation:notes')}//{_q('draw:text-box')}"):
+            notes += [_text_of(p, writer) for p in frame.iter(_q("text:p"))]
+        heading = " ".join(" ".join(heads).split())
+        slides.append(
+            Slide(
+                title=heading,
+                html=(f"<h1>{html.escape(heading)}</h1>" if heading else "") + "".join(out),
+                notes="\n".join(n for n in notes if n.strip()),
+            )
+        )
+    return slides, title
+
+
+_BLOCKS = frozenset(_q(name) for name in ("text:p", "text:h", "text:list"))
+
+
+def _shapes(parent: Any, writer: _Writer, out: list[str], heads: list[str]) -> None:
+    """A slide's text in document order: the text of its shapes, frames, groups and
+    tables; the title placeholder's text goes to ``heads``; the notes are read apart."""
+    blocks: list[Any] = []
+    for child in parent:
+        tag = child.tag
+        if not isinstance(tag, str) or tag in _SKIP or tag == _q("presentation:notes"):
+            continue
+        if tag in _BLOCKS:
+            blocks.append(child)
+            continue
+        out += writer.apart(blocks)
+        blocks = []
+        if child.get(_q("presentation:class")) == "title":
+            heads += [_text_of(p, writer) for p in child.iter(_q("text:p"))]
+        elif tag == _q("table:table"):
+            out.append(writer.table_html(child))
+        else:
+            _shapes(child, writer, out, heads)
+    out += writer.apart(blocks)
+
+
+def _text_of(paragraph: Any, writer: _Writer) -> str:
+    return writer.inline(paragraph, [])
 
 
 def _code_styles(roots: list[Any]) -> frozenset[str]:
@@ -170,6 +268,7 @@ class _Writer:
         self.out: list[str] = []
         self.code: list[str] = []
         self.title: str | None = None
+        self.cells = 0
 
     def blocks(self, children: Any) -> None:
         for el in children:
@@ -204,6 +303,12 @@ class _Writer:
             if style in self.code_styles:
                 if text.strip() or self.code:
                     self.code.append(text)
+            elif "\n" in text and is_code_block(text):
+                # A listing in a body style, its lines kept apart by line breaks (as
+                # Shift+Enter or pandoc write them): code, as in DOCX (es_rag.headings).
+                self.flush()
+                self.code.append(text)
+                self.flush()
             else:
                 self.flush()
                 if text.strip():
@@ -248,42 +353,60 @@ class _Writer:
         self.out += ["<li>" + "<br>".join(_escaped(t) for t in texts), *inner, *after, "</li>"]
 
     def table(self, el: Any) -> None:
+        self.out.append(self.table_html(el))
+
+    def table_html(self, el: Any) -> str:
+        """A table as HTML, "" when it holds no text. Repeated cells and rows are spelt
+        out, so columns stay aligned, except the empty ones that only pad a row or a sheet
+        to its declared size (a spreadsheet declares a million rows)."""
         rows: list[list[str]] = []
         for row in el.iter(_q("table:table-row")):
             if _nearest_table(row) is not el:
                 continue  # a row of a table nested in a cell: read with that cell
-            cells = []
+            cells: list[str] = []
+            empty = 0  # empty cells not yet written: written only if text follows
             for cell in row:
-                if cell.tag == _q("table:table-cell"):
-                    after: list[str] = []
-                    parts = []
-                    for child in cell:
-                        if child.tag in (_q("text:p"), _q("text:h")):
-                            parts.append(self.inline(child, after))
-                        elif child.tag == _q("text:list"):
-                            parts += [self.inline(p, after) for p in child.iter(_q("text:p"))]
-                    text = " ".join(" ".join(parts).split())
-                    repeat = _int(cell.get(_q("table:number-columns-repeated")), 1)
-                    # A repeated empty cell pads a table to its declared width: once is enough.
-                    cells += [text] * (min(repeat, 64) if text else 1)
-                elif cell.tag == _q("table:covered-table-cell"):
-                    cells.append("")
-            while cells and not cells[-1]:
-                cells.pop()
+                if cell.tag not in (_q("table:table-cell"), _q("table:covered-table-cell")):
+                    continue
+                repeat = max(1, _int(cell.get(_q("table:number-columns-repeated")), 1))
+                text = self.cell_text(cell) if cell.tag == _q("table:table-cell") else ""
+                if not text:
+                    empty += repeat
+                    continue
+                self.count(empty + repeat)
+                cells += [""] * empty + [text] * repeat
+                empty = 0
             if cells:
-                rows.append(cells)
+                repeat = max(1, _int(row.get(_q("table:number-rows-repeated")), 1))
+                self.count(len(cells) * (repeat - 1))
+                rows += [cells] * repeat
         if not rows:
-            return
+            return ""
         width = max(len(r) for r in rows)
         lines = ["<table>"]
         for r in rows:
-            lines.append(
-                "<tr>"
-                + "".join(f"<td>{html.escape(c)}</td>" for c in r + [""] * (width - len(r)))
-                + "</tr>"
-            )
+            padded = r + [""] * (width - len(r))
+            lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in padded) + "</tr>")
         lines.append("</table>")
-        self.out.append("".join(lines))
+        return "".join(lines)
+
+    def cell_text(self, cell: Any) -> str:
+        after: list[str] = []
+        parts = []
+        for child in cell:
+            if child.tag in (_q("text:p"), _q("text:h")):
+                parts.append(self.inline(child, after))
+            elif child.tag == _q("text:list"):
+                parts += [self.inline(p, after) for p in child.iter(_q("text:p"))]
+        return " ".join(" ".join(parts).split())
+
+    def count(self, cells: int) -> None:
+        self.cells += cells
+        if self.cells > MAX_CELLS:
+            raise DocumentTooLargeError(
+                f"the tables hold more than {MAX_CELLS:,} cells (repeated cells and rows "
+                "spelt out); split the file"
+            )
 
     def inline(self, el: Any, after: list[str], *, top: bool = True) -> str:
         """The text a reader sees in a paragraph; its text boxes and footnotes go to

@@ -119,7 +119,7 @@ def _plain_zip(path: Path, plain: Path) -> None:
 
 def _opendocument(path: Path, plain: Path) -> None:
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("mimetype", "application/vnd.oasis.opendocument.spreadsheet")
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.graphics")
         archive.writestr("content.xml", "<office:document-content/>")
 
 
@@ -210,14 +210,17 @@ CASES = [
          CorruptDocumentError, "XMLSyntaxError"),
     Case("DOCX billion laughs (XML entities)", "22-entity-bomb.docx",
          documents.entity_bomb_docx, CorruptDocumentError, "entity amplification"),
-    Case("OpenDocument spreadsheet", "23-opendocument.ods", _opendocument,
-         UnsupportedFormatError, "OpenDocument other than text"),
+    Case("OpenDocument drawing", "23-opendocument.odg", _opendocument,
+         UnsupportedFormatError, "OpenDocument drawing"),
     Case("EPUB with DRM", "23a-drm.epub",
          lambda p, _: documents.epub_guide(p, {"META-INF/encryption.xml": _DRM}),
          EncryptedDocumentError, "encrypted (DRM)"),
     Case("damaged ODT (cut content.xml)", "23b-damaged.odt",
          lambda p, _: documents.odt_policy(p, {"content.xml": documents.ODT_CONTENT[:900]}),
          CorruptDocumentError, "content.xml is not well-formed XML"),
+    Case("ODS repeating a value over ten million cells", "23c-huge-repeat.ods",
+         lambda p, _: documents.huge_repeat_ods(p), DocumentTooLargeError,
+         "more than 2,000,000 cells"),
     Case("named pipe (FIFO)", "24-fifo.txt", lambda p, _: os.mkfifo(p), InputError,
          "not a regular file", budget_s=CALLER),
     Case("whitespace only", "25-whitespace.txt", _write(b"   \n\t\n  \n"), EmptyDocumentError,

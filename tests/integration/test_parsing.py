@@ -72,6 +72,8 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "listing.pptx": d.pptx_listing,
     "policy.odt": d.odt_policy,
     "guide.epub": d.epub_guide,
+    "sheets.ods": d.ods_book,
+    "slides.odp": d.odp_deck,
 }
 TEXTS: dict[str, str] = {
     "help.html": d.HTML_PAGE,
@@ -102,6 +104,8 @@ EXPECTED: dict[str, tuple[str, str]] = {  # file -> (type read from the bytes, t
     "listing.pptx": (detect.PPTX, "Trying the refund helper"),
     "policy.odt": (detect.ODT, d.ODT_TITLE),
     "guide.epub": (detect.EPUB, d.EPUB_TITLE),
+    "sheets.ods": (detect.ODS, "sheets"),
+    "slides.odp": (detect.ODP, d.ODP_SLIDES[0][0]),
 }
 ALL_FILES = [*EXPECTED, *CHINESE_SCANS]
 DISTINCT = [name for name in ALL_FILES if name != DISGUISED]  # the copy reads the same
@@ -470,6 +474,33 @@ def test_pptx_slides_and_speaker_notes(parsed: Callable[[str], ParsedFile]) -> N
             assert key(content).rfind(key(notes)) > max(key(content).find(b) for b in bullets)
 
 
+def test_odp_slides_notes_listing_and_table(parsed: Callable[[str], ParsedFile]) -> None:
+    """An OpenDocument presentation reads as a PPTX does: the slide number as page (an
+    empty slide still counts), the title placeholder as the slide's heading, speaker notes
+    after the slide's content, a console session kept as code, a table with its header."""
+    doc = parsed("slides.odp")
+    assert doc.pages == len(d.ODP_SLIDES)
+    shape = [(e.page, e.kind) for e in doc.elements if e.kind != "list_item"]
+    assert shape == [
+        (1, "title"),
+        (1, "notes"),
+        (2, "title"),
+        (2, "code"),
+        (3, "title"),
+        (3, "table"),
+        (5, "title"),
+    ]
+    assert [e.text for e in doc.elements if e.kind == "code"] == [d.CODE_SESSION]
+    kids = children(chunk(doc, SMALL))
+    assert all(c.page_start == c.page_end for c in kids)
+    rates = holding(kids, "180 EUR")
+    assert rates.page_start == 3 and "| City | Nightly rate |" in rates.content
+    questions = holding(kids, "travel budgets")
+    assert (questions.page_start, questions.title_path) == (5, (d.ODP_SLIDES[0][0], "Questions"))
+    notes = holding(kids, d.ODP_NOTES)
+    assert notes.page_start == 1 and "Churn fell to 3%" in notes.content
+
+
 def test_pptx_notes_label_stays_with_its_notes(parsed: Callable[[str], ParsedFile]) -> None:
     """The "Notes:" label belongs to the speaker notes: a child that ends on the bare
     label (its notes in the next child) gives a reader a label without text."""
@@ -479,16 +510,19 @@ def test_pptx_notes_label_stays_with_its_notes(parsed: Callable[[str], ParsedFil
 
 
 # --- spreadsheets ----------------------------------------------------------------------------
-def test_xlsx_sheets_head_their_rows(parsed: Callable[[str], ParsedFile]) -> None:
+@pytest.mark.parametrize("name", ["catalogue.xlsx", "sheets.ods"])
+def test_spreadsheet_sheets_head_their_rows(name: str, parsed: Callable[[str], ParsedFile]) -> None:
     """Each sheet is a section named after the sheet; a sheet too big for one child is
-    split by rows, each part led by the header row; every row is there once."""
-    doc = parsed("catalogue.xlsx")
+    split by rows, each part led by the header row; every row is there once. The same
+    workbook as XLSX (openpyxl) and as ODS (pandas through odfpy)."""
+    doc = parsed(name)
     assert [e.text for e in doc.elements if e.kind == "title"] == list(d.XLSX_SHEETS)
+    assert [e.page for e in doc.elements if e.kind == "title"] == [1, 2]
     kids = children(chunk(doc, SMALL))
     for sheet, rows in d.XLSX_SHEETS.items():
         header = pipe_row([str(v) for v in rows[0]])
         expected = [pipe_row([str(v) for v in r]) for r in rows[1:]]
-        mine = [c for c in kids if c.title_path == ("catalogue", sheet)]
+        mine = [c for c in kids if c.title_path == (Path(name).stem, sheet)]
         assert mine, sheet
         seen = []
         for part in mine:

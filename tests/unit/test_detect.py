@@ -234,13 +234,13 @@ def test_plain_zip_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mimetype",
     [
-        b"application/vnd.oasis.opendocument.spreadsheet",
-        b"application/vnd.oasis.opendocument.presentation",
+        b"application/vnd.oasis.opendocument.graphics",
+        b"application/vnd.oasis.opendocument.text-template",
     ],
 )
-def test_opendocument_other_than_text_is_refused(tmp_path: Path, mimetype: bytes) -> None:
+def test_opendocument_drawings_and_templates_are_refused(tmp_path: Path, mimetype: bytes) -> None:
     path = _zip(tmp_path / "a.bin", {"mimetype": mimetype, "content.xml": b"<x/>"})
-    with pytest.raises(UnsupportedFormatError, match="OpenDocument other than text"):
+    with pytest.raises(UnsupportedFormatError, match="export it as ODT, ODS, ODP or PDF"):
         resolve(path, detect.ZIP, max_unzipped_bytes=LIMIT)
 
 
@@ -248,13 +248,15 @@ def test_opendocument_other_than_text_is_refused(tmp_path: Path, mimetype: bytes
     ("parts", "expected"),
     [
         ({"mimetype": b"application/vnd.oasis.opendocument.text"}, detect.ODT),
+        ({"mimetype": b"application/vnd.oasis.opendocument.spreadsheet"}, detect.ODS),
+        ({"mimetype": b"application/vnd.oasis.opendocument.presentation"}, detect.ODP),
         ({"mimetype": b"application/epub+zip"}, detect.EPUB),
         # A mimetype saved with a line end, or none at all (the container names the book).
         ({"mimetype": b"application/epub+zip\n"}, detect.EPUB),
         ({"META-INF/container.xml": b"<container/>"}, detect.EPUB),
     ],
 )
-def test_opendocument_text_and_epub_are_read(
+def test_opendocument_and_epub_are_read(
     tmp_path: Path, parts: dict[str, bytes], expected: str
 ) -> None:
     path = _zip(tmp_path / "a.bin", {**parts, "content.xml": b"<x/>"})

@@ -1,4 +1,4 @@
-"""ODT and EPUB read by es-rag (es_rag.parsing.opendoc, es_rag.parsing.epub): the HTML
+"""OpenDocument and EPUB read by es-rag (es_rag.parsing.opendoc, es_rag.parsing.epub): the HTML
 they become, and the clear error for each way such a package can be bad. The whole path
 (the sandbox, Unstructured's HTML partitioner, chunking, the index) is in
 tests/integration/test_parsing.py."""
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from lxml import html as lxml_html
 
-from es_rag.errors import CorruptDocumentError, EncryptedDocumentError
+from es_rag.errors import CorruptDocumentError, DocumentTooLargeError, EncryptedDocumentError
 from es_rag.parsing.epub import epub_chapters
-from es_rag.parsing.opendoc import odt_html
+from es_rag.parsing.opendoc import MAX_CELLS, odp_slides, ods_sheets, odt_html
 from tests import documents as d
 
 pytestmark = pytest.mark.unit
@@ -84,7 +84,7 @@ def test_odt_password_is_refused_as_encrypted(tmp_path: Path) -> None:
         ({"content.xml": None}, "without content.xml"),
         ({"content.xml": "<office:document-content>"}, "not well-formed"),
         ({"content.xml": d.ODT_CONTENT.replace("<office:body>", "")}, "not well-formed"),
-        ({"content.xml": f"<office:document-content {d._ODF_NS}/>"}, "without a text body"),
+        ({"content.xml": f"<office:document-content {d._ODF_NS}/>"}, "without its text body"),
     ],
 )
 def test_damaged_odt_is_a_clear_error(tmp_path: Path, parts: d.Parts, match: str) -> None:
@@ -154,3 +154,60 @@ def test_epub_with_encrypted_chapters_is_refused(tmp_path: Path) -> None:
 def test_damaged_epub_is_a_clear_error(tmp_path: Path, parts: d.Parts, match: str) -> None:
     with pytest.raises(CorruptDocumentError, match=match):
         epub_chapters(str(d.epub_guide(tmp_path / "g.epub", parts)))
+
+
+def _sheet(rows: str) -> str:
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<office:document-content {d._ODF_NS}><office:body><office:spreadsheet>
+<table:table table:name="Data">{rows}</table:table>
+</office:spreadsheet></office:body></office:document-content>"""
+
+
+def _ods(path: Path, content: str) -> Path:
+    return d.odf_package(
+        path,
+        {"content.xml": content, "META-INF/manifest.xml": d.ODT_MANIFEST},
+        mimetype="application/vnd.oasis.opendocument.spreadsheet",
+    )
+
+
+def _row(cells: str, repeat: int = 1) -> str:
+    return f'<table:table-row table:number-rows-repeated="{repeat}">{cells}</table:table-row>'
+
+
+def _cell(text: str = "", repeat: int = 1) -> str:
+    inner = f"<text:p>{text}</text:p>" if text else ""
+    return f'<table:table-cell table:number-columns-repeated="{repeat}">{inner}</table:table-cell>'
+
+
+def test_ods_repeats_are_spelt_out_and_padding_dropped(tmp_path: Path) -> None:
+    """Repeated cells between values keep the columns aligned; the empty rows and columns
+    that pad a sheet to a million rows and a thousand columns are not written."""
+    rows = (
+        _row(_cell("a") + _cell(repeat=2) + _cell("d") + _cell(repeat=1020))
+        + _row(_cell(repeat=1024), repeat=3)
+        + _row(_cell("x", repeat=2) + _cell(repeat=1022), repeat=2)
+        + _row(_cell(repeat=1024), repeat=1_048_000)
+    )
+    sheets, _ = ods_sheets(str(_ods(tmp_path / "s.ods", _sheet(rows))))
+    root = lxml_html.fromstring(sheets[0][1])
+    assert sheets[0][0] == "Data"
+    assert [[td.text_content() for td in tr] for tr in root.iter("tr")] == [
+        ["a", "", "", "d"],
+        ["x", "x", "", ""],
+        ["x", "x", "", ""],
+    ]
+
+
+def test_ods_value_repeated_past_the_limit_is_too_large(tmp_path: Path) -> None:
+    rows = _row(_cell("same", repeat=100), repeat=MAX_CELLS // 50)
+    with pytest.raises(DocumentTooLargeError, match="cells"):
+        ods_sheets(str(_ods(tmp_path / "s.ods", _sheet(rows))))
+
+
+def test_odp_slides_keep_their_numbers_and_notes(tmp_path: Path) -> None:
+    slides, title = odp_slides(str(d.odp_deck(tmp_path / "deck.odp")))
+    assert title is None  # odfpy writes no dc:title; the parser then takes the first heading
+    assert [s.title for s in slides] == [t for t, _ in d.ODP_SLIDES]
+    assert slides[0].notes == d.ODP_NOTES and not slides[1].notes
+    assert "<pre>" in slides[1].html and not slides[3].html
