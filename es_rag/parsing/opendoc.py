@@ -327,6 +327,11 @@ class _Writer:
             if text.strip():
                 self.out.append(f"<h{level}>{_escaped(text)}</h{level}>")
             self.out += after
+        elif tag == _q("text:list") and el.find(f".//{_q('text:h')}") is not None:
+            # Numbered headings as older OpenOffice writes them: a heading inside a list
+            # (outline numbering). Its items are read as blocks, so a heading stays one.
+            for item in el:
+                self.blocks(item)
         elif tag == _q("text:list"):
             self.out.append("<ul>")
             for item in el:

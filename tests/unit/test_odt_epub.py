@@ -58,6 +58,19 @@ def test_odt_table_drops_its_padding_and_keeps_nested_lists(tmp_path: Path) -> N
     ]
 
 
+def test_odt_headings_inside_lists_stay_headings(tmp_path: Path) -> None:
+    """Outline numbering as older OpenOffice writes it: each heading inside a list item."""
+    content = d.ODT_CONTENT.replace(
+        '<text:h text:style-name="Heading_20_1" text:outline-level="1">Hotels</text:h>',
+        '<text:list text:style-name="Numbering"><text:list-item><text:h text:outline-level="1">'
+        "Hotels</text:h><text:p>Booked centrally.</text:p></text:list-item></text:list>",
+    )
+    page, _ = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"content.xml": content})))
+    blocks = _blocks(page)
+    at = blocks.index(("h1", "Hotels"))
+    assert blocks[at + 1] == ("p", "Booked centrally.")
+
+
 def test_odt_title_paragraph_when_meta_has_none(tmp_path: Path) -> None:
     _, title = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"meta.xml": None})))
     assert title == d.ODT_TITLE
