@@ -201,7 +201,8 @@ def _csv(path: str, options: ParseOptions) -> ParsedFile:
 
 # Documentation generators' furniture: navigation, sidebars, local tables of contents,
 # breadcrumbs, footers and the permalink anchors in headings (Sphinx and Read the Docs,
-# MkDocs and Material, Docusaurus, Javadoc, Hugo/Jekyll themes).
+# MkDocs and Material, Docusaurus, Javadoc, Hugo/Jekyll themes, Publican), and blocks of
+# linked images only (a site's logos, a README's badges).
 _CHROME_TAGS = ("nav", "aside", "script", "style", "noscript", "template", "footer", "header")
 _CHROME_ROLES = frozenset(
     "navigation banner contentinfo search complementary".split()  # noqa: SIM905
@@ -213,11 +214,11 @@ _CHROME_CLASS_NAMES = (
     "hash-link anchor-link anchorjs-link theme-doc-sidebar-container theme-doc-toc-desktop "
     "theme-doc-toc-mobile theme-doc-breadcrumbs theme-doc-footer pagination-nav navbar "
     "breadcrumbs breadcrumb top-nav sub-nav bottom-nav legal-copy skip-nav flex-box-header "
-    "toc-container on-this-page edit-this-page nav-panel"
+    "toc-container on-this-page edit-this-page nav-panel docnav"
 )
 _CHROME_CLASSES = frozenset(_CHROME_CLASS_NAMES.split())
 _CHROME_IDS = frozenset(
-    "toc table-of-contents sidebar navbar navigation searchbox breadcrumbs footer".split()  # noqa: SIM905
+    "toc table-of-contents sidebar navbar navigation searchbox breadcrumbs footer banner".split()  # noqa: SIM905
 )
 _PERMALINK = re.compile(r"\s*[¶§#🔗]\s*$")
 # DocBook's HTML (the DSSSL and XSL stylesheets) heads its title page's credits <h3>.
@@ -246,6 +247,13 @@ def _chrome(el: Any) -> bool:
         # Texinfo's (makeinfo) "Next: …, Previous: …, Up: …" bar; a page header holding its
         # title, or one of words more than links, is content.
         return _mostly_links(el)
+    if (
+        el.tag in ("p", "div")
+        and el.xpath(".//a//img")
+        and not el.xpath(".//img[not(ancestor::a)]")
+        and not el.text_content().strip()
+    ):
+        return True  # linked images and nothing else: logos, badges
     if (el.get("role") or "").strip().lower() in _CHROME_ROLES:
         return True
     if (el.get("id") or "").strip().lower() in _CHROME_IDS:

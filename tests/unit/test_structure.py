@@ -312,6 +312,23 @@ DOCUSAURUS = b"""<html><head><title>Intro | My Site</title></head><body>
 <footer class="footer">Copyright</footer></body></html>"""
 
 
+# Publican (the Debian Administrator's Handbook): a download banner, a paragraph of linked
+# logos, and "docnav" lists of Prev / Home / Next at the top and the bottom.
+PUBLICAN = b"""<html><head><title>14.4. Introduction to AppArmor</title></head><body>
+<div id="banner"><a href="http://debian-handbook.info/get/"><span class="text">Download the
+ebook</span></a></div><p id="title"><a class="left" href="http://www.debian.org"><img
+alt="Product Site" src="image_left.png" /></a><a class="right" href="index.html"><img
+alt="Documentation Site" src="image_right.png" /></a></p><ul class="docnav top"><li
+class="previous"><a href="sect.supervision.html"><strong>Prev</strong></a></li><li
+class="home">The Debian Administrator's Handbook</li><li class="next"><a
+href="sect.selinux.html"><strong>Next</strong></a></li></ul><div class="section"><div
+class="titlepage"><div><div><h2 class="title"><a id="sect.apparmor"></a>14.4. Introduction
+to AppArmor</h2></div></div></div><div class="para">AppArmor is a Mandatory Access Control
+system.</div><p><img alt="A diagram of the profiles" src="profiles.png" /></p></div>
+<ul class="docnav"><li class="next"><a href="sect.selinux.html"><strong>Next</strong>14.5.
+Introduction to SELinux</a></li></ul></body></html>"""
+
+
 # DocBook (Modular DocBook HTML Stylesheet): the title page's authors are <h3>s.
 DOCBOOK = b"""<HTML><HEAD><TITLE>Users and Groups in the Debian System</TITLE></HEAD><BODY>
 <DIV CLASS="TITLEPAGE"><H1 CLASS="TITLE">Users and Groups in the Debian System</H1>
@@ -352,6 +369,12 @@ release of the library.</p></div></div></body></html>"""
             "Closure Example",
             ["2.6 Closure Example", "binding fputs", "Written by the libffi authors"],
             ["Next:", "Previous:", "Thread Safety"],
+        ),
+        (
+            PUBLICAN,
+            "14.4. Introduction to AppArmor",
+            ["Mandatory Access Control", "A diagram of the profiles"],
+            ["Download", "Product Site", "Documentation Site", "Prev", "SELinux", "Handbook"],
         ),
         (
             DOCUSAURUS,
