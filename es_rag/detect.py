@@ -3,9 +3,10 @@
 Two steps. :func:`sniff` reads the first bytes (cheap, safe, in the caller's process) and
 names a family: PDF, image, zip container, OLE container or text. :func:`resolve` runs in
 the parse child, because it opens containers (a zip's directory can itself be hostile):
-it tells DOCX, PPTX, XLSX, ODT, ODS, ODP and EPUB apart, refuses archives that would inflate past
-the limit, and recognises password-protected Office files (an encrypted DOCX is an OLE container
-holding ``EncryptionInfo``, not a zip).
+it tells DOCX, PPTX, XLSX, ODT, ODS, ODP and EPUB apart, and Outlook messages from other
+OLE containers, refuses archives that would inflate past the limit, and recognises
+password-protected Office files (an encrypted DOCX is an OLE container holding
+``EncryptionInfo``, not a zip).
 
 Plain-text formats carry no signature, so there the extension decides between Markdown,
 CSV and plain text, and the content between HTML, e-mail and the rest.
@@ -40,6 +41,7 @@ ODT = "application/vnd.oasis.opendocument.text"
 ODS = "application/vnd.oasis.opendocument.spreadsheet"
 ODP = "application/vnd.oasis.opendocument.presentation"
 EPUB = "application/epub+zip"
+MSG = "application/vnd.ms-outlook"
 PNG = "image/png"
 JPEG = "image/jpeg"
 TIFF = "image/tiff"
@@ -53,7 +55,8 @@ OLE = "application/x-ole-storage"
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL})
 SUPPORTED_LABEL = (
-    "PDF, DOCX, PPTX, XLSX, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, plain text, EML, "
+    "PDF, DOCX, PPTX, XLSX, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, plain text, "
+    "EML, MSG, "
     "PNG/JPEG/TIFF/BMP/WebP"
 )
 
@@ -244,9 +247,24 @@ def _is_ole(path: Path) -> bool:
     return True
 
 
+def _is_msg(path: Path) -> bool:
+    """An Outlook message: an OLE container of MAPI property streams at its root."""
+    import olefile
+
+    try:
+        with olefile.OleFileIO(str(path)) as ole:
+            return ole.exists("__properties_version1.0") and any(
+                len(entry) == 1 and entry[0].startswith("__substg1.0_") for entry in ole.listdir()
+            )
+    except Exception:  # olefile raises plain errors on damaged containers
+        return False
+
+
 def _ole_kind(path: Path) -> str:
     import msoffcrypto
 
+    if _is_msg(path):
+        return MSG
     try:
         with path.open("rb") as fh:
             office = msoffcrypto.OfficeFile(fh)
@@ -254,8 +272,8 @@ def _ole_kind(path: Path) -> str:
     except Exception as exc:  # msoffcrypto raises its own and plain errors on junk
         if _is_ole(path):
             raise UnsupportedFormatError(
-                "an OLE container that is not an Office document (an Outlook .msg, Visio or "
-                "installer file?)"
+                "an OLE container that is neither an Office document nor an Outlook message "
+                "(a Visio or installer file?)"
             ) from exc
         raise CorruptDocumentError(f"a damaged OLE container: {type(exc).__name__}: {exc}") from exc
     if encrypted:

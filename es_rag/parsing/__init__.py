@@ -58,7 +58,9 @@ ES_RAG_PARSING = "4"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
 INLINE = frozenset({detect.MARKDOWN})
-_GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.RTF, detect.EMAIL, *detect.IMAGES})
+_GUESSED_TITLES = frozenset(
+    {detect.PDF, detect.TEXT, detect.RTF, detect.EMAIL, detect.MSG, *detect.IMAGES}
+)
 
 
 # Where a worker's shared parse server listens; set by its main process for its children.

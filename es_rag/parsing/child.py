@@ -5,7 +5,8 @@ without one, and images, are OCRed (es_rag.parsing.ocr); DOCX, PPTX (speaker not
 after their slide), XLSX (a table per sheet, headed by the sheet's name), CSV/TSV, HTML
 (navigation, sidebars, footers, tables of contents and permalinks of documentation
 sites left out), Markdown, plain text and EML (subject as
-title, sender and recipients kept) use their Unstructured partitioners; OpenDocument and
+title, sender and recipients kept) use their Unstructured partitioners; Outlook's MSG is
+read with python-oxmsg, its body through the HTML or the plain-text path; OpenDocument and
 EPUB (which Unstructured reads only through pandoc) are turned into HTML by es-rag
 (es_rag.parsing.opendoc, es_rag.parsing.epub) and read by the HTML partitioner. The warm-ups run
 in the sandbox's server before it forks, so that children share the loaded libraries.
@@ -37,7 +38,6 @@ from es_rag.parsing.common import (
     JUNK_TITLE,
     ParsedFile,
     ParseOptions,
-    group_paragraphs,
     mark_code,
     paragraphs,
     to_elements,
@@ -71,6 +71,7 @@ def warm_image() -> None:
 
 def warm_office() -> None:
     import msoffcrypto  # noqa: F401
+    import oxmsg  # noqa: F401
     import unstructured.partition.docx
     import unstructured.partition.html
     import unstructured.partition.pptx
@@ -265,8 +266,8 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
     """A documentation page without its site's chrome, and its own title.
 
     The page's ``<main>`` or ``[role=main]`` (all of them, when pages were joined into
-    one) when it has one, else the whole body; then
-    navigation, sidebars, tables of contents, footers and permalink anchors come out.
+    one) when it has one, else the whole body; then navigation, sidebars, tables of
+    contents, footers and permalink anchors come out, and layout tables become blocks.
     """
     from lxml import etree
     from lxml import html as lxml_html
@@ -293,6 +294,7 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
             el.drop_tag()  # an article's own header holds its title: keep what is inside
         else:
             el.drop_tree()
+    _unwrap_layout_tables(body)
     headings = body.xpath(".//h1 | .//h2 | .//h3 | .//h4 | .//h5 | .//h6")
     for h in headings:
         if _CREDIT_CLASSES & set((h.get("class") or "").lower().split()):
@@ -307,6 +309,41 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
     site = root.xpath("string(//meta[@property='og:site_name']/@content)").strip()
     html = etree.tostring(body, encoding="unicode", method="html")
     return html, _site_free_title(title, _PERMALINK.sub("", heading), site)
+
+
+def _layout_table(table: Any) -> bool:
+    """A table that lays a page out rather than holding data: marked so, holding another
+    table (an HTML e-mail's frame), made mostly of links (a bar of links or icons), or
+    with at most one cell of text a row (a stack of blocks, a spacer grid)."""
+    if (table.get("role") or "").strip().lower() in ("presentation", "none"):
+        return True
+    if table.xpath(".//table") or _mostly_links(table):
+        return True  # a frame of tables, a bar of links or icons
+    rows = table.xpath("./tr | ./thead/tr | ./tbody/tr | ./tfoot/tr")
+    return bool(rows) and all(
+        sum(bool(cell.text_content().strip()) for cell in row.xpath("./td | ./th")) <= 1
+        for row in rows
+    )
+
+
+def _unwrap_layout_tables(body: Any) -> None:
+    """Layout tables become plain blocks, outermost first, so that their text reads as
+    paragraphs and headings, not as one row of a table; data tables stay tables."""
+    for _ in range(10_000):
+        table = next((t for t in body.iter("table") if _layout_table(t)), None)
+        if table is None:
+            return
+        for part in table.xpath("./thead | ./tbody | ./tfoot"):
+            part.drop_tag()
+        for part in table.xpath("./colgroup | ./col"):
+            part.drop_tree()
+        for part in table.xpath("./caption"):
+            part.tag = "div"
+        for row in table.xpath("./tr"):
+            for cell in row.xpath("./td | ./th"):
+                cell.tag = "div"
+            row.tag = "div"
+        table.tag = "div"
 
 
 def _site_free_title(title: str | None, heading: str, site: str = "") -> str | None:
@@ -469,16 +506,20 @@ def _text(path: str, options: ParseOptions) -> ParsedFile:
     """Paragraphs found by es-rag (es_rag.parsing.common.paragraphs), each classified by
     Unstructured's rules for text (title, list item, prose); code blocks kept whole,
     underlined headings declared."""
+    text, _ = _decoded(path)
+    return ParsedFile(mime=detect.TEXT, elements=_text_elements(text))
+
+
+def _text_elements(text: str) -> list[Element]:
     from unstructured.partition.text import element_from_text
 
-    text, _ = _decoded(path)
     elements: list[Element] = []
     for para in paragraphs(text):
         if para.kind == "text":
             elements += to_elements([element_from_text(para.text)])
         else:
             elements.append(Element(kind=para.kind, text=para.text, level=para.level))
-    return ParsedFile(mime=detect.TEXT, elements=elements)
+    return elements
 
 
 def _rtf(path: str, options: ParseOptions) -> ParsedFile:
@@ -526,25 +567,81 @@ def _decoded(path: str) -> tuple[str, str]:
 
 
 def _email(path: str, options: ParseOptions) -> ParsedFile:
-    from unstructured.partition.email import partition_email
+    """An RFC 822 message (the standard library's parser): its body as for an Outlook
+    message, the HTML part when there is one (layout tables and all through the HTML
+    path), else the plain text in es-rag's paragraphs; the subject as title, sender and
+    recipients as a first line. Attachments are not ingested."""
+    import email
+    from email import policy
 
-    # A plain-text body is grouped as a .txt file is (the argument reaches partition_text).
-    raw = partition_email(
-        filename=path, process_attachments=False, paragraph_grouper=group_paragraphs
-    )
-    elements = to_elements(raw)
-    subject = None
-    if raw:
-        meta = raw[0].metadata
-        subject = getattr(meta, "subject", None)
-        people = []
-        for label, attr in (("From", "sent_from"), ("To", "sent_to"), ("Cc", "cc_recipient")):
-            value = getattr(meta, attr, None)
-            if value:
-                people.append(f"{label}: {', '.join(value)}")
-        if people:
-            elements.insert(0, Element(kind="text", text="; ".join(people) + "."))
-    return ParsedFile(mime=detect.EMAIL, elements=elements, title=subject)
+    try:
+        msg = email.message_from_bytes(Path(path).read_bytes(), policy=policy.default)
+        part = msg.get_body(preferencelist=("html", "plain"))
+        content = part.get_content() if part is not None else ""
+        subject = str(msg.get("subject") or "").strip()
+        fields = [
+            (label, [str(a) for h in msg.get_all(name, []) for a in _addresses(h)])
+            for label, name in (("From", "from"), ("To", "to"), ("Cc", "cc"))
+        ]
+    except Exception as exc:  # a header or a part the parser cannot decode
+        raise CorruptDocumentError(f"a damaged e-mail: {type(exc).__name__}: {exc}") from None
+    if not isinstance(content, str):
+        content = ""  # a body that is not text (a bare attachment)
+    if part is not None and part.get_content_subtype() == "html" and content.strip():
+        elements = _html_elements(content.encode("utf-8"))[0]
+    else:
+        elements = _text_elements(content)
+    people = _people(fields)
+    if people:
+        elements.insert(0, people)
+    return ParsedFile(mime=detect.EMAIL, elements=elements, title=subject or None)
+
+
+def _addresses(header: Any) -> list[Any]:
+    """A header's addresses, or the header as written when it is not a list of them."""
+    found = getattr(header, "addresses", None)
+    return list(found) if found else [header]
+
+
+def _people(fields: list[tuple[str, list[str]]]) -> Element | None:
+    """Who wrote a message and to whom, as its first line: part of what it says."""
+    from email.header import decode_header, make_header
+
+    def readable(value: str) -> str:
+        try:  # "=?GBK?B?...?= <daemon@example.org>": an encoded word left as written
+            return str(make_header(decode_header(value)))
+        except Exception:
+            return value
+
+    parts = [
+        f"{label}: {', '.join(readable(v) for v in values)}" for label, values in fields if values
+    ]
+    return Element(kind="text", text="; ".join(parts) + ".") if parts else None
+
+
+def _msg(path: str, options: ParseOptions) -> ParsedFile:
+    """An Outlook message (python-oxmsg): its HTML body through the HTML path, else its
+    plain-text body in es-rag's paragraphs; the subject as title, the sender and the
+    recipients as a first line, as for EML. Attachments are not ingested."""
+    from oxmsg import Message
+
+    try:
+        msg = Message.load(path)
+        html_body, body = msg.html_body, msg.body
+        subject, sender = msg.subject, msg.sender
+        recipients = [r.email_address or r.name for r in msg.recipients]
+    except Exception as exc:  # oxmsg raises plain errors on a damaged message
+        raise CorruptDocumentError(
+            f"a damaged Outlook message: {type(exc).__name__}: {exc}"
+        ) from None
+    if html_body and html_body.strip():
+        elements = _html_elements(html_body.encode("utf-8"))[0]
+    else:
+        elements = _text_elements(body or "")
+    people = _people([("From", [sender] if sender else []), ("To", [r for r in recipients if r])])
+    if people:
+        elements.insert(0, people)
+    return ParsedFile(mime=detect.MSG, elements=elements, title=(subject or "").strip() or None)
 
 
 def _pdf(path: str, options: ParseOptions) -> ParsedFile:
@@ -723,6 +820,7 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.TEXT: _text,
     detect.RTF: _rtf,
     detect.EMAIL: _email,
+    detect.MSG: _msg,
     # The type was sniffed already: each image type gets it rather than reading the file again.
     **{mime: partial(image_file, mime=mime) for mime in detect.IMAGES},
 }

@@ -269,12 +269,3 @@ def _joined(rows: list[str]) -> str:
         else:
             out += " " + row
     return out
-
-
-def group_paragraphs(text: str) -> str:
-    """:func:`paragraphs` as one a line, for Unstructured's ``partition_text`` and
-    ``partition_email`` (``paragraph_grouper``), which make an element of each line: a
-    code block's lines stay apart rather than joined."""
-    return "\n".join(
-        line.strip() for para in paragraphs(text) for line in para.text.split("\n") if line.strip()
-    )

@@ -74,6 +74,7 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "guide.epub": d.epub_guide,
     "sheets.ods": d.ods_book,
     "slides.odp": d.odp_deck,
+    "newsletter.eml": d.eml_newsletter,
 }
 TEXTS: dict[str, str] = {
     "help.html": d.HTML_PAGE,
@@ -106,6 +107,7 @@ EXPECTED: dict[str, tuple[str, str]] = {  # file -> (type read from the bytes, t
     "guide.epub": (detect.EPUB, d.EPUB_TITLE),
     "sheets.ods": (detect.ODS, "sheets"),
     "slides.odp": (detect.ODP, d.ODP_SLIDES[0][0]),
+    "newsletter.eml": (detect.EMAIL, d.NEWSLETTER_SUBJECT),
 }
 ALL_FILES = [*EXPECTED, *CHINESE_SCANS]
 DISTINCT = [name for name in ALL_FILES if name != DISGUISED]  # the copy reads the same
@@ -694,6 +696,31 @@ def test_email_subject_sender_and_body(parsed: Callable[[str], ParsedFile]) -> N
     assert "alice@example.com" in text and "bob@example.com" in text
     assert "From February the refund window is 45 days instead of 30." in text
     assert all(c.title_path[0] == "Refund window extended" for c in chunk(doc, SMALL))
+
+
+def test_html_mail_reads_as_blocks_with_its_data_table(
+    parsed: Callable[[str], ParsedFile],
+) -> None:
+    """A newsletter's HTML part (preferred to its plain text) is laid out in tables inside
+    a table: its heading and paragraphs read as such, the bar of links is not a table, the
+    price list is one, with its header. The encoded subject and sender are decoded."""
+    doc = parsed("newsletter.eml")
+    assert doc.elements[0].text == (
+        "From: Zoë Durand <zoe@example.com>; To: Members <members@example.com>."
+    )
+    assert [(e.kind, e.text) for e in doc.elements if e.kind == "title"] == [
+        ("title", "Spring menu")
+    ]
+    tables = [e for e in doc.elements if e.kind == "table"]
+    assert [t.text for t in tables] == ["Drink Price Espresso 2.10 EUR Flat white 3.40 EUR"]
+    assert any(
+        e.text.startswith("Our roaster now sources beans from a cooperative in Huila")
+        for e in doc.elements
+    )
+    kids = children(chunk(doc, SMALL))
+    prices = holding(kids, "Flat white")
+    assert "| Drink | Price |" in prices.content
+    assert prices.title_path == (d.NEWSLETTER_SUBJECT, "Spring menu")
 
 
 # --- invariants over every document ----------------------------------------------------------

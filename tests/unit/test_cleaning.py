@@ -17,7 +17,7 @@ from es_rag.cleaning import (
     normalize_text,
     remove_furniture,
 )
-from es_rag.parsing.common import group_paragraphs, paragraphs
+from es_rag.parsing.common import paragraphs
 from es_rag.types import Element, ElementKind
 
 pytestmark = pytest.mark.unit
@@ -535,7 +535,6 @@ def test_paragraphs_keep_an_indented_listing_as_code() -> None:
 def test_paragraphs_without_blank_lines_are_one_a_line() -> None:
     text = "\n".join(f"Line {i} of a log-like file with many words" for i in range(30))
     assert len(paragraphs(text)) == 30
-    assert group_paragraphs(text).count("\n") == 29
 
 
 def test_paragraphs_read_underlined_headings() -> None:

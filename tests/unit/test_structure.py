@@ -4,6 +4,7 @@ the pure parts of issue 16, on lines taken from real books and manuals."""
 from __future__ import annotations
 
 import pytest
+from lxml import html as lxml_html
 
 from es_rag.chunking import chunk_elements
 from es_rag.cleaning import clean, demote_non_headings, mark_navigation, page_words, respace
@@ -409,6 +410,29 @@ def test_pages_joined_into_one_keep_every_main_region() -> None:
     assert html.index("Serialize obj") < html.index("Read delimited rows")
     assert html.count("Read delimited rows") == 1
     assert "Navigation" not in html and "Copyright" not in html
+
+
+def test_layout_tables_become_blocks_and_data_tables_stay() -> None:
+    """An HTML e-mail is laid out in nested tables: read as tables, each of its paragraphs
+    was a cell of one long row. A table holding a table, a one-column table and one
+    marked role="presentation" are blocks; a table of data stays a table."""
+    page = b"""<html><body><table width="600"><tr><td><table role="presentation">
+<tr><td><h2>Steel HR Sport</h2></td><td><p>For serious sports.</p></td></tr></table>
+<table><tr><td><p>Follow your path.</p></td></tr><tr><td><p>Get in the zone.</p></td></tr>
+</table><table><thead><tr><th>Model</th><th>Price</th></tr></thead>
+<tbody><tr><td>Steel HR</td><td>199</td></tr></tbody></table></td></tr></table></body></html>"""
+    html, _ = _page_content(page)
+    root = lxml_html.fromstring(html)
+    tables = root.xpath("//table")
+    assert len(tables) == 1
+    assert [c.text_content() for c in tables[0].iter("td", "th")] == [
+        "Model",
+        "Price",
+        "Steel HR",
+        "199",
+    ]
+    assert root.xpath("//h2")[0].text_content() == "Steel HR Sport"
+    assert "Get in the zone." in html and not root.xpath("//td[.//p]")
 
 
 def test_docbook_authors_are_credits_not_sections() -> None:
