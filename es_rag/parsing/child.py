@@ -2,13 +2,14 @@
 
 Per format (Unstructured 0.27): PDF with a text layer uses the ``fast`` strategy; a PDF
 without one, and images, are OCRed (es_rag.parsing.ocr); DOCX, PPTX (speaker notes kept,
-after their slide), XLSX (a table per sheet, headed by the sheet's name), CSV/TSV, HTML
-(navigation, sidebars, footers, tables of contents and permalinks of documentation
-sites left out), Markdown, plain text and EML (subject as
-title, sender and recipients kept) use their Unstructured partitioners; Outlook's MSG is
-read with python-oxmsg, its body through the HTML or the plain-text path; OpenDocument and
-EPUB (which Unstructured reads only through pandoc) are turned into HTML by es-rag
-(es_rag.parsing.opendoc, es_rag.parsing.epub) and read by the HTML partitioner. The warm-ups run
+after their slide), XLSX (a table per sheet, headed by the sheet's name), CSV/TSV and HTML
+(navigation, sidebars, footers, tables of contents and permalinks of documentation sites
+left out, layout tables read as blocks) use their Unstructured partitioners; Markdown and
+plain text are grouped by es-rag; EML (the standard library's parser) and Outlook's MSG
+(python-oxmsg) send their body through the HTML or the plain-text path, with the subject
+as title and the sender and recipients kept; OpenDocument and EPUB (which Unstructured
+reads only through pandoc) are turned into HTML by es-rag (es_rag.parsing.opendoc,
+es_rag.parsing.epub) and read by the HTML partitioner. The warm-ups run
 in the sandbox's server before it forks, so that children share the loaded libraries.
 """
 
@@ -81,8 +82,9 @@ def warm_office() -> None:
 
 
 def warm_text() -> None:
+    import email.policy  # noqa: F401
+
     import unstructured.partition.csv
-    import unstructured.partition.email
     import unstructured.partition.html
     import unstructured.partition.text  # noqa: F401
 
@@ -410,15 +412,20 @@ def _check_depth(html: bytes) -> None:
 
 def _html_elements(data: bytes) -> tuple[list[Element], str | None]:
     """A page's elements, its chrome left out, and its own title."""
-    from unstructured.partition.html import partition_html
-
     _check_depth(data)
     try:
         page, title = _page_content(data)
     except Exception as exc:  # lxml refuses what it cannot read at all
         raise CorruptDocumentError(f"unreadable HTML: {exc}") from None
-    raw = partition_html(text=page, skip_headers_and_footers=True)
-    return to_elements(raw), title
+    return _partitioned(page), title
+
+
+def _partitioned(page: str) -> list[Element]:
+    """HTML es-rag wrote or cleaned, through Unstructured's HTML partitioner."""
+    from unstructured.partition.html import partition_html
+
+    _check_depth(page.encode())
+    return to_elements(partition_html(text=page, skip_headers_and_footers=True))
 
 
 def _html(path: str, options: ParseOptions) -> ParsedFile:
@@ -441,45 +448,37 @@ def _epub(path: str, options: ParseOptions) -> ParsedFile:
 def _odt(path: str, options: ParseOptions) -> ParsedFile:
     """OpenDocument text as HTML written by es-rag (es_rag.parsing.opendoc), then the
     HTML partitioner; listings in a body style are found as in DOCX."""
-    from unstructured.partition.html import partition_html
-
     from es_rag.parsing.opendoc import odt_html
 
     page, title = odt_html(path)
-    _check_depth(page.encode())
-    raw = partition_html(text=page, skip_headers_and_footers=True)
-    return ParsedFile(mime=detect.ODT, elements=mark_code(to_elements(raw)), title=title)
+    return ParsedFile(mime=detect.ODT, elements=mark_code(_partitioned(page)), title=title)
 
 
 def _ods(path: str, options: ParseOptions) -> ParsedFile:
     """A table per sheet, headed by the sheet's name, as XLSX (es_rag.parsing.opendoc)."""
-    from unstructured.partition.html import partition_html
-
     from es_rag.parsing.opendoc import ods_sheets
 
     sheets, title = ods_sheets(path)
     out: list[Element] = []
     for number, (name, table) in enumerate(sheets, start=1):
         out.append(Element(kind="title", text=name, level=1, page=number))
-        raw = partition_html(text=f"<html><body>{table}</body></html>")
-        out += [replace(el, page=number) for el in to_elements(raw)]
+        out += [
+            replace(el, page=number) for el in _partitioned(f"<html><body>{table}</body></html>")
+        ]
     return ParsedFile(mime=detect.ODS, elements=out, title=title)
 
 
 def _odp(path: str, options: ParseOptions) -> ParsedFile:
     """As PPTX: the slide number as page, the title placeholder as the slide's one
     heading, listings as code, the speaker notes after the slide's content."""
-    from unstructured.partition.html import partition_html
-
     from es_rag.parsing.opendoc import odp_slides
 
     slides, title = odp_slides(path)
     out: list[Element] = []
     for number, slide in enumerate(slides, start=1):
         if slide.html:
-            _check_depth(slide.html.encode())
-            raw = partition_html(text=f"<html><body>{slide.html}</body></html>")
-            elements = mark_code(to_elements(raw), titles=True)
+            page = f"<html><body>{slide.html}</body></html>"
+            elements = mark_code(_partitioned(page), titles=True)
             for i, el in enumerate(elements):
                 # Unstructured also guesses "titles" among the bullets.
                 declared = i == 0 and slide.title and el.kind == "title"

@@ -340,6 +340,8 @@ class _Writer:
             self.out.append("</ul>")
         elif tag == _q("table:table"):
             self.table(el)
+        elif el.get(_q("text:display")) == "none":
+            pass  # a hidden section: not what a reader sees
         else:  # text:section, text:index-body and other containers: their blocks
             self.blocks(el)
 

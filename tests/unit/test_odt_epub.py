@@ -71,6 +71,16 @@ def test_odt_headings_inside_lists_stay_headings(tmp_path: Path) -> None:
     assert blocks[at + 1] == ("p", "Booked centrally.")
 
 
+def test_odt_hidden_section_is_left_out(tmp_path: Path) -> None:
+    content = d.ODT_CONTENT.replace(
+        '<text:h text:style-name="Heading_20_1" text:outline-level="1">Hotels</text:h>',
+        '<text:section text:name="Draft" text:display="none"><text:p>Unpublished rates.</text:p>'
+        '</text:section><text:h text:outline-level="1">Hotels</text:h>',
+    )
+    page, _ = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"content.xml": content})))
+    assert "Unpublished" not in page and "<h1>Hotels</h1>" in page
+
+
 def test_odt_title_paragraph_when_meta_has_none(tmp_path: Path) -> None:
     _, title = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"meta.xml": None})))
     assert title == d.ODT_TITLE
