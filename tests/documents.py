@@ -646,7 +646,9 @@ EPUB_LISTING = "$ tide --port lyon\n  high water 06:12"
 EPUB_CHAPTERS = {
     "text/ch01.xhtml": """<h1>Birds</h1>
 <p>Herons nest in the reeds on the north bank from March onwards.</p>
-<h2>Gulls</h2><p>Gulls follow the fishing boats back to the quay every evening.</p>""",
+<h2>Gulls</h2><p>Gulls follow the fishing boats back to the quay every evening.<a
+epub:type="noteref" href="#n1">1</a></p>
+<aside epub:type="footnote" id="n1"><p>Ringed gulls were counted in 2019.</p></aside>""",
     "text/ch02.xhtml": f"""<nav epub:type="landmarks">
 <a href="ch01.xhtml">Previous chapter</a></nav>
 <h1>Tides</h1><p>The harbour master publishes the tide table every Monday.</p>
@@ -654,6 +656,7 @@ EPUB_CHAPTERS = {
 <h2>Spring tides</h2><p>Spring tides flood the lower car park twice a year.</p>""",
 }
 EPUB_NAV_ONLY = "Contents of the guide"
+EPUB_FOOTNOTE = "Ringed gulls were counted in 2019."
 
 
 def _xhtml(title: str, body: str) -> str:

@@ -223,6 +223,9 @@ _CHROME_CLASSES = frozenset(_CHROME_CLASS_NAMES.split())
 _CHROME_IDS = frozenset(
     "toc table-of-contents sidebar navbar navigation searchbox breadcrumbs footer banner".split()  # noqa: SIM905
 )
+_NOTE = frozenset(
+    "footnote endnote rearnote note doc-footnote doc-endnote doc-endnotes".split()  # noqa: SIM905
+)
 _PERMALINK = re.compile(r"\s*[¶§#🔗]\s*$")
 # DocBook's HTML (the DSSSL and XSL stylesheets) heads its title page's credits <h3>.
 _CREDIT_CLASSES = frozenset({"author", "editor", "othercredit", "corpauthor", "collab"})
@@ -240,6 +243,8 @@ def _mostly_links(el: Any) -> bool:
 
 
 def _chrome(el: Any) -> bool:
+    if _NOTE & set(f"{el.get('epub:type') or ''} {el.get('role') or ''}".lower().split()):
+        return False  # a footnote (EPUB 3 sets them in <aside>): the author's text
     if el.tag == "aside" and el.xpath("ancestor::article"):
         # An aside inside an article may be a callout the author wrote; one made of links
         # is navigation all the same.

@@ -650,6 +650,7 @@ def test_epub_chapters_in_spine_order(parsed: Callable[[str], ParsedFile]) -> No
     assert text.index("Herons nest") < text.index("tide table")
     assert d.EPUB_NAV_ONLY not in text and "Previous chapter" not in text
     assert "Map label" not in text  # an SVG in the spine is a picture
+    assert d.EPUB_FOOTNOTE in text  # EPUB 3 sets footnotes in <aside>: not chrome
     kids = children(chunk(doc, SMALL))
     assert holding(kids, "fishing boats").title_path == (d.EPUB_TITLE, "Birds", "Gulls")
     tides = holding(kids, "tide --port lyon")
