@@ -9,7 +9,7 @@ password-protected Office files (an encrypted DOCX is an OLE container holding
 ``EncryptionInfo``, not a zip).
 
 Plain-text formats carry no signature, so there the extension decides between Markdown,
-CSV and plain text, and the content between HTML, e-mail and the rest.
+CSV and plain text, and the content between HTML, XML, e-mail and the rest.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ ODS = "application/vnd.oasis.opendocument.spreadsheet"
 ODP = "application/vnd.oasis.opendocument.presentation"
 EPUB = "application/epub+zip"
 MSG = "application/vnd.ms-outlook"
+# XML other than HTML: resolve() tells XHTML and flat OpenDocument from XML es-rag refuses.
+XML = "application/xml"
 PNG = "image/png"
 JPEG = "image/jpeg"
 TIFF = "image/tiff"
@@ -53,7 +55,7 @@ ZIP = "application/zip"
 OLE = "application/x-ole-storage"
 
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
-TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL})
+TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
     "PDF, DOCX, PPTX, XLSX, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, plain text, "
     "EML, MSG, "
@@ -64,7 +66,10 @@ SNIFF_BYTES = 64 * 1024
 _MD_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
 _HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 # Formats that declare their own charset: the parser decodes them, not us.
-_DECLARED_CHARSET = {".html", ".htm", ".xhtml", ".eml"}
+_DECLARED_CHARSET = {".html", ".htm", ".xhtml", ".eml", ".xml", ".fodt", ".fods", ".fodp"}
+# Names that say XML; a file that opens with an XML declaration is XML whatever its name,
+# unless the name says Markdown or text.
+_XML_SUFFIXES = {".xml", ".fodt", ".fods", ".fodp", ".svg", ".rss", ".atom", ".xsl", ".xsd"}
 _MAIL_HEADER = re.compile(
     r"^(from|to|cc|subject|date|received|message-id|mime-version|return-path|reply-to):",
     re.IGNORECASE | re.MULTILINE,
@@ -108,6 +113,10 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
         or (start.startswith("<") and "<body" in text[:4096].lower())
     ):
         return HTML
+    if suffix in _XML_SUFFIXES or (
+        start.startswith("<?xml") and suffix not in _MD_SUFFIXES | {".txt", ".text"}
+    ):
+        return XML
     if suffix == ".eml" or _looks_like_mail(text):
         return EMAIL
     if suffix in _MD_SUFFIXES or (suffix not in {".txt", ".text"} and _MD_SIGNS.search(text)):
@@ -192,12 +201,44 @@ def _looks_like_mail(text: str) -> bool:
 
 
 def resolve(path: str | Path, sniffed: str, *, max_unzipped_bytes: int) -> str:
-    """The supported MIME type of a ZIP / OLE container (in the parse child); others pass."""
+    """The supported MIME type of a ZIP / OLE container or an XML file (in the parse
+    child); others pass."""
     if sniffed == ZIP:
         return _zip_kind(Path(path), max_unzipped_bytes)
     if sniffed == OLE:
         return _ole_kind(Path(path))
+    if sniffed == XML:
+        return _xml_kind(Path(path))
     return sniffed
+
+
+_ODF_OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
+
+
+def _xml_kind(path: Path) -> str:
+    """XHTML is HTML; a flat OpenDocument file (.fodt, .fods, .fodp) is its format; other
+    XML (data, configuration, feeds, drawings) is not a document es-rag reads: its markup
+    would be indexed as words."""
+    from lxml import etree
+
+    events = etree.iterparse(str(path), events=("start",), resolve_entities=False, no_network=True)
+    try:
+        _, root = next(events)  # the root element: the rest need not be read here
+    except StopIteration:
+        raise CorruptDocumentError("an XML file without a root element") from None
+    except etree.XMLSyntaxError as exc:
+        raise CorruptDocumentError(f"XML that is not well-formed: {exc}") from None
+    name = etree.QName(root.tag)
+    if name.localname.lower() == "html":
+        return HTML
+    if name.namespace == _ODF_OFFICE and name.localname == "document":
+        kind = root.get(f"{{{_ODF_OFFICE}}}mimetype") or ""
+        if kind in (ODT, ODS, ODP):
+            return kind
+    raise UnsupportedFormatError(
+        f"an XML file (root element <{name.localname}>), not a document: es-rag reads XML "
+        "only as XHTML and flat OpenDocument (.fodt, .fods, .fodp)"
+    )
 
 
 def _zip_kind(path: Path, max_unzipped_bytes: int) -> str:

@@ -523,6 +523,31 @@ def odt_policy(path: Path, replace: Parts | None = None) -> Path:
     )
 
 
+def fodt_policy(path: Path) -> Path:
+    """The policy as one flat XML file (.fodt), as Writer saves "Flat XML ODF": the
+    package's meta, styles and content in one document."""
+
+    def part(xml: str, tag: str) -> str:
+        return xml[xml.index(f"<{tag}>") : xml.index(f"</{tag}>") + len(tag) + 3]
+
+    flat = (
+        ODT_CONTENT.replace(
+            "<office:document-content",
+            '<office:document office:mimetype="application/vnd.oasis.opendocument.text"',
+            1,
+        )
+        .replace("</office:document-content>", "</office:document>")
+        .replace(
+            "<office:automatic-styles>",
+            part(ODT_META, "office:meta")
+            + part(ODT_STYLES, "office:styles")
+            + "<office:automatic-styles>",
+        )
+    )
+    path.write_text(flat, encoding="utf-8")
+    return path
+
+
 def ods_book(path: Path) -> Path:
     """The XLSX workbook's sheets as pandas writes a spreadsheet (through odfpy)."""
     import pandas as pd

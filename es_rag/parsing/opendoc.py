@@ -1,4 +1,5 @@
-"""OpenDocument (ODT, ODS, ODP) → HTML, which the HTML partitioner then reads (in the child).
+"""OpenDocument (ODT, ODS, ODP, zipped or flat) → HTML, which the HTML partitioner then
+reads (in the child).
 
 Unstructured reads OpenDocument by converting it with pandoc or LibreOffice, binaries
 es-rag does not ship; the format is plain XML in a zip, so es-rag writes the HTML itself.
@@ -106,7 +107,12 @@ def parse_xml(data: bytes, what: str) -> Any:
 
 def _package(path: str, body: str) -> tuple[Any, Any, str | None]:
     """The package's ``office:body/office:<body>`` element, its styles.xml (or None) and
-    its ``dc:title``; the errors a damaged or protected package gets."""
+    its ``dc:title``; the errors a damaged or protected package gets. A flat file (one XML
+    document: .fodt, .fods, .fodp) holds all three in its root."""
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            content = meta = parse_xml(fh.read(), "the flat OpenDocument file")
+        return _parts(content, None, meta, body)
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
@@ -127,6 +133,10 @@ def _package(path: str, body: str) -> tuple[Any, Any, str | None]:
             meta = parse_xml(archive.read("meta.xml"), "meta.xml") if "meta.xml" in names else None
     except (zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
         raise CorruptDocumentError(f"a damaged OpenDocument package: {exc}") from None
+    return _parts(content, styles, meta, body)
+
+
+def _parts(content: Any, styles: Any, meta: Any, body: str) -> tuple[Any, Any, str | None]:
     found = content.find(f"{_q('office:body')}/{_q('office:' + body)}")
     if found is None:
         raise CorruptDocumentError(f"an OpenDocument package without its {body} body")

@@ -75,6 +75,7 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "sheets.ods": d.ods_book,
     "slides.odp": d.odp_deck,
     "newsletter.eml": d.eml_newsletter,
+    "flat.fodt": d.fodt_policy,
 }
 TEXTS: dict[str, str] = {
     "help.html": d.HTML_PAGE,
@@ -108,6 +109,7 @@ EXPECTED: dict[str, tuple[str, str]] = {  # file -> (type read from the bytes, t
     "sheets.ods": (detect.ODS, "sheets"),
     "slides.odp": (detect.ODP, d.ODP_SLIDES[0][0]),
     "newsletter.eml": (detect.EMAIL, d.NEWSLETTER_SUBJECT),
+    "flat.fodt": (detect.ODT, d.ODT_TITLE),
 }
 ALL_FILES = [*EXPECTED, *CHINESE_SCANS]
 DISTINCT = [name for name in ALL_FILES if name != DISGUISED]  # the copy reads the same

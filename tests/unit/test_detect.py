@@ -92,6 +92,12 @@ def test_pdf_signature_must_be_near_the_start() -> None:
         ("héllo wörld, 你好".encode(), "u.txt", detect.TEXT),
         ("UTF-16 text".encode("utf-16"), "u16.txt", detect.TEXT),
         (b"colour \x1b[31mred\x1b[0m\tand\ttabs\f", "log.txt", detect.TEXT),
+        (b'<?xml version="1.0"?><rss><channel/></rss>', "feed", detect.XML),
+        (b"<svg><text>label</text></svg>", "logo.svg", detect.XML),
+        (b'<?xml version="1.0"?><office:document/>', "policy.fodt", detect.XML),
+        (b'<?xml version="1.0"?>\n<html><body>x</body></html>', "page.xhtml", detect.HTML),
+        (b'<?xml version="1.0"?> in a note about XML', "notes.md", detect.MARKDOWN),
+        (b'<?xml version="1.0"?> in a note about XML', "notes.txt", detect.TEXT),
     ],
 )
 def test_text_subtypes(head: bytes, name: str, expected: str) -> None:
@@ -261,6 +267,46 @@ def test_opendocument_and_epub_are_read(
 ) -> None:
     path = _zip(tmp_path / "a.bin", {**parts, "content.xml": b"<x/>"})
     assert resolve(path, detect.ZIP, max_unzipped_bytes=LIMIT) == expected
+
+
+@pytest.mark.parametrize(
+    ("xml", "expected"),
+    [
+        (b'<?xml version="1.0"?><html xmlns="http://www.w3.org/1999/xhtml"/>', detect.HTML),
+        (
+            b'<office:document xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"'
+            b' office:mimetype="application/vnd.oasis.opendocument.spreadsheet"/>',
+            detect.ODS,
+        ),
+    ],
+)
+def test_xml_that_is_a_document(tmp_path: Path, xml: bytes, expected: str) -> None:
+    path = tmp_path / "a.xml"
+    path.write_bytes(xml)
+    assert resolve(path, detect.XML, max_unzipped_bytes=LIMIT) == expected
+
+
+@pytest.mark.parametrize(
+    ("xml", "error", "match"),
+    [
+        (b'<?xml version="1.0"?><rss><channel/></rss>', UnsupportedFormatError, "<rss>"),
+        (
+            b'<office:document xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"'
+            b' office:mimetype="application/vnd.oasis.opendocument.graphics"/>',
+            UnsupportedFormatError,
+            "<document>",
+        ),
+        (b"<a><b></a>", CorruptDocumentError, "not well-formed"),
+        (b'<?xml version="1.0"?>', CorruptDocumentError, "not well-formed"),
+    ],
+)
+def test_xml_that_is_not_a_document(
+    tmp_path: Path, xml: bytes, error: type[Exception], match: str
+) -> None:
+    path = tmp_path / "a.xml"
+    path.write_bytes(xml)
+    with pytest.raises(error, match=match):
+        resolve(path, detect.XML, max_unzipped_bytes=LIMIT)
 
 
 def test_zip_bomb_by_declared_size(tmp_path: Path) -> None:

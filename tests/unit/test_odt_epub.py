@@ -81,6 +81,12 @@ def test_odt_hidden_section_is_left_out(tmp_path: Path) -> None:
     assert "Unpublished" not in page and "<h1>Hotels</h1>" in page
 
 
+def test_flat_odt_reads_as_the_zipped_one(tmp_path: Path) -> None:
+    """A flat OpenDocument file (.fodt) is the package's parts in one XML document."""
+    flat = odt_html(str(d.fodt_policy(tmp_path / "p.fodt")))
+    assert flat == odt_html(str(d.odt_policy(tmp_path / "p.odt")))
+
+
 def test_odt_title_paragraph_when_meta_has_none(tmp_path: Path) -> None:
     _, title = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"meta.xml": None})))
     assert title == d.ODT_TITLE
