@@ -60,6 +60,7 @@ from es_rag.rows import (
     chunk_id,
     embedding_text,
     fence_version,
+    parser_of,
 )
 from es_rag.types import AccessControl, Chunk, Document, IngestResult, IngestStatus
 
@@ -287,6 +288,7 @@ class Ingestor(Parts):
                 # Nothing to chunk, embed or write: the counts are the index's.
                 plan.counts = (states[0].children, states[0].count - states[0].children)
                 out[i] = plan.result("skipped", reason="unchanged")
+                self._restamp(plan, targets, states)
                 continue
             try:
                 self._chunk(plan)
@@ -379,6 +381,28 @@ class Ingestor(Parts):
             )
         except EsRagError:
             return doc.acl.tenant_id  # reported by the document's own plan
+
+    def _restamp(self, plan: _Plan, targets: list[_Target], states: list[DocState]) -> None:
+        """A file read alike by a new parser (or found again after its stamp changed):
+        its rows get the new stamp and parser version, so that the next ingest skips it
+        without a parse; nothing is embedded. A failure only costs that parse again."""
+        stamp = self.row_maker.stamp(plan.doc)
+        if stamp is None or all(st.stamps == (stamp,) for st in states):
+            return
+        fields = {"source_stamp": stamp, "parser_version": parser_of(plan.doc)}
+        doc = plan.doc
+        for target in targets:
+            try:
+                locations = target.index.chunk_locations(doc.acl.tenant_id, doc.doc_id)
+                outcome = target.index.bulk(
+                    access_actions(locations, fields),
+                    chunk_size=self.settings.bulk_chunk_size,
+                    max_retries=self.settings.bulk_max_retries,
+                    initial_backoff=self.settings.bulk_initial_backoff,
+                )
+                target.index.raise_on_failures(outcome, f"restamping {doc.doc_id}")
+            except EsRagError as exc:
+                log.warning("%s is unchanged but keeps its old stamp: %s", doc.doc_id, exc)
 
     def _rewrite_access(
         self, plan: _Plan, targets: list[_Target], states: list[DocState]

@@ -77,7 +77,10 @@ class RowMaker:
             "mime": doc.mime_type,
             "doc_version": doc.doc_version,
             **self._recipe(),
-            "parser": parser_of(doc),
+            # A parsed file's elements are in the payload already: a new parser that reads
+            # it alike finds it unchanged (and only restamps its rows). Text is parsed
+            # later, by the chunker's reader, so its version counts.
+            "parser": None if doc.elements else parser_of(doc),
         }
         return hash_of(payload) + access_hash(doc.acl, doc.metadata)
 
@@ -100,6 +103,13 @@ class RowMaker:
         are made. A file whose bytes and key are unchanged needs no parse (es_rag.files)."""
         recipe = {**self._recipe(), "parsers": [parser_version(), TEXT_PARSER_VERSION]}
         return hash_of({"source_uri": source_uri, **recipe})[:16]
+
+    def stamp(self, doc: Document) -> str | None:
+        """The ``source_stamp`` of a document read from a file: its bytes' stamp and the
+        key of how its rows are made (es_rag.files)."""
+        if doc.source_stamp is None or doc.source_uri is None:
+            return None
+        return f"{doc.source_stamp}:{self.file_key(doc.source_uri)}"
 
     def rows(
         self,
@@ -149,8 +159,9 @@ class RowMaker:
                 **doc.acl.as_fields(),
                 "metadata": doc.metadata,
             }
-            if doc.source_stamp is not None and doc.source_uri is not None:
-                source["source_stamp"] = f"{doc.source_stamp}:{self.file_key(doc.source_uri)}"
+            stamp = self.stamp(doc)
+            if stamp is not None:
+                source["source_stamp"] = stamp
             if chunk.chunk_type == "child":
                 # Parents are context only: no vector, no terms, never matched by a search.
                 source["embedding"] = next(child_vectors)

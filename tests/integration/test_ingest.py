@@ -436,6 +436,54 @@ def test_reingest_of_unchanged_files_parses_nothing(
     assert parser.calls == 10
 
 
+def test_a_new_parser_that_reads_a_file_alike_costs_one_parse_and_no_embedding(
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    embedder,  # type: ignore[no-untyped-def]
+    analyzer,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upgrade that bumps the parser's version parses every file again (its stamp
+    names the old parser), but a file read alike keeps its rows and vectors: they are
+    restamped, not rewritten, and the next ingest skips the file without a parse."""
+    import es_rag.parsing
+
+    settings = make_settings()
+    ingestor = Ingestor(settings, client=engine, embedder=embedder, analyzer=analyzer)
+    parser = ingestor._parser = CountingParser(settings)
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    (folder / "valves.md").write_text("# Valves\n\nValves need grease every spring.\n")
+    (folder / "pumps.html").write_text(
+        "<html><head><title>Pumps</title></head><body><h1>Pumps</h1>"
+        "<p>Pumps are flushed after every season.</p></body></html>"
+    )
+    docs = {p.name: str(p) for p in folder.iterdir()}
+    assert {r.status for r in ingestor.ingest_paths([folder], acl=ACL)} == {"indexed"}
+    before = {name: rows(engine, settings.index, doc) for name, doc in docs.items()}
+
+    monkeypatch.setattr(es_rag.parsing, "ES_RAG_PARSING", "next")
+    es_rag.parsing.parser_version.cache_clear()
+    try:
+        again = ingestor.ingest_paths([folder], acl=ACL)
+        assert {(r.status, r.reason) for r in again} == {("skipped", "unchanged")}
+        assert parser.calls == 4  # both files parsed again: their stamps named the old parser
+        for name, doc in docs.items():
+            after = {r["_id"]: r for r in rows(engine, settings.index, doc)}
+            for old in before[name]:
+                new = after[old["_id"]]  # the same rows, not rewritten
+                assert new["indexed_at"] == old["indexed_at"]
+                assert new["source_stamp"] != old["source_stamp"]
+        html = rows(engine, settings.index, docs["pumps.html"])
+        assert {r["parser_version"] for r in html} == {es_rag.parsing.parser_version()}
+        assert {r.reason for r in ingestor.ingest_paths([folder], acl=ACL)} == {"unchanged"}
+        assert parser.calls == 4  # restamped: skipped without a parse
+    finally:
+        monkeypatch.undo()
+        es_rag.parsing.parser_version.cache_clear()
+
+
 class CountingBatches(Ingestor):
     """Records how many documents each batch of ``ingest_paths`` hands to ``ingest_many``."""
 
