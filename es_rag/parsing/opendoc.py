@@ -149,7 +149,7 @@ def _parts(content: Any, styles: Any, meta: Any, body: str) -> tuple[Any, Any, s
 
 def _writer(body: Any, styles: Any) -> _Writer:
     return _Writer(
-        _code_styles([x for x in (styles, body.getroottree().getroot()) if x is not None])
+        *_style_kinds([x for x in (styles, body.getroottree().getroot()) if x is not None])
     )
 
 
@@ -237,9 +237,10 @@ def _text_of(paragraph: Any, writer: _Writer) -> str:
     return writer.inline(paragraph, [])
 
 
-def _code_styles(roots: list[Any]) -> frozenset[str]:
-    """Names of the paragraph styles that set code: by their name or their parents', or a
-    fixed-pitch font."""
+def _style_kinds(roots: list[Any]) -> tuple[frozenset[str], frozenset[str]]:
+    """Names of the paragraph styles that set code (by their name or their parents', or
+    a fixed-pitch font) and of those derived from "Title" (a title paragraph with direct
+    formatting gets an automatic style whose parent is "Title")."""
     fixed = set()
     parents: dict[str, str | None] = {}
     fonts: dict[str, str | None] = {}
@@ -256,25 +257,28 @@ def _code_styles(roots: list[Any]) -> frozenset[str]:
             shown[name] = st.get(_q("style:display-name")) or name.replace("_20_", " ")
             props = st.find(_q("style:text-properties"))
             fonts[name] = props.get(_q("style:font-name")) if props is not None else None
-    code = set()
+    code, titles = set(), {"Title"}
     for name in parents:
         seen: set[str] = set()
         at: str | None = name
         while at and at not in seen:
             seen.add(at)
+            if at == "Title":
+                titles.add(name)
             if _CODE_STYLE.search(shown.get(at, at)) or (fonts.get(at) in fixed and fonts[at]):
                 code.add(name)
                 break
             at = parents.get(at)
-    return frozenset(code)
+    return frozenset(code), frozenset(titles)
 
 
 class _Writer:
     """Walks ``office:text`` and writes HTML blocks; code paragraphs in a row share a
     ``<pre>``."""
 
-    def __init__(self, code_styles: frozenset[str]) -> None:
+    def __init__(self, code_styles: frozenset[str], title_styles: frozenset[str]) -> None:
         self.code_styles = code_styles
+        self.title_styles = title_styles
         self.out: list[str] = []
         self.code: list[str] = []
         self.title: str | None = None
@@ -322,7 +326,7 @@ class _Writer:
             else:
                 self.flush()
                 if text.strip():
-                    if style == "Title" and self.title is None:
+                    if style in self.title_styles and self.title is None:
                         self.title = " ".join(text.split())
                         self.out.append(f"<h1>{_escaped(text)}</h1>")
                     else:

@@ -92,6 +92,18 @@ def test_odt_title_paragraph_when_meta_has_none(tmp_path: Path) -> None:
     assert title == d.ODT_TITLE
 
 
+def test_odt_title_paragraph_with_direct_formatting(tmp_path: Path) -> None:
+    """Writer gives a formatted title paragraph an automatic style whose parent is Title."""
+    content = d.ODT_CONTENT.replace(
+        "<office:automatic-styles>",
+        '<office:automatic-styles><style:style style:name="P9" style:family="paragraph"'
+        ' style:parent-style-name="Title"/>',
+    ).replace('<text:p text:style-name="Title">', '<text:p text:style-name="P9">')
+    parts: d.Parts = {"content.xml": content, "meta.xml": None}
+    page, title = odt_html(str(d.odt_policy(tmp_path / "p.odt", parts)))
+    assert title == d.ODT_TITLE and f"<h1>{d.ODT_TITLE}</h1>" in page
+
+
 def test_odt_password_is_refused_as_encrypted(tmp_path: Path) -> None:
     manifest = d.ODT_MANIFEST.replace(
         'manifest:full-path="content.xml" manifest:media-type="text/xml"/>',
