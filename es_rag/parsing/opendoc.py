@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from es_rag.errors import CorruptDocumentError, DocumentTooLargeError, EncryptedDocumentError
@@ -149,7 +149,7 @@ def _parts(content: Any, styles: Any, meta: Any, body: str) -> tuple[Any, Any, s
 
 def _writer(body: Any, styles: Any) -> _Writer:
     return _Writer(
-        *_style_kinds([x for x in (styles, body.getroottree().getroot()) if x is not None])
+        _style_kinds([x for x in (styles, body.getroottree().getroot()) if x is not None])
     )
 
 
@@ -237,14 +237,28 @@ def _text_of(paragraph: Any, writer: _Writer) -> str:
     return writer.inline(paragraph, [])
 
 
-def _style_kinds(roots: list[Any]) -> tuple[frozenset[str], frozenset[str]]:
-    """Names of the paragraph styles that set code (by their name or their parents', or
-    a fixed-pitch font) and of those derived from "Title" (a title paragraph with direct
-    formatting gets an automatic style whose parent is "Title")."""
+@dataclass(frozen=True)
+class _Styles:
+    """What a paragraph's style says about it, through its parents."""
+
+    code: frozenset[str] = frozenset()  # a listing
+    titles: frozenset[str] = frozenset({"Title"})  # the document's title
+    headings: dict[str, int] = field(default_factory=dict)  # a heading, at this level
+
+
+_HEADING_NAME = re.compile(r"^heading (\d)$", re.IGNORECASE)
+
+
+def _style_kinds(roots: list[Any]) -> _Styles:
+    """The paragraph styles that set code (by their name or their parents', or a
+    fixed-pitch font), derive from "Title" (a title paragraph with direct formatting gets
+    an automatic style whose parent is "Title"), or make a heading of a plain paragraph
+    (an outline level, or "Heading N", which some writers set on ``text:p``)."""
     fixed = set()
     parents: dict[str, str | None] = {}
     fonts: dict[str, str | None] = {}
     shown: dict[str, str] = {}
+    outline: dict[str, int] = {}
     for root in roots:
         for face in root.iter(_q("style:font-face")):
             if face.get(_q("style:font-pitch")) == "fixed":
@@ -257,7 +271,13 @@ def _style_kinds(roots: list[Any]) -> tuple[frozenset[str], frozenset[str]]:
             shown[name] = st.get(_q("style:display-name")) or name.replace("_20_", " ")
             props = st.find(_q("style:text-properties"))
             fonts[name] = props.get(_q("style:font-name")) if props is not None else None
-    code, titles = set(), {"Title"}
+            named = _HEADING_NAME.match(shown[name])
+            level = _int(st.get(_q("style:default-outline-level")), 0) or (
+                int(named.group(1)) if named else 0
+            )
+            if level:
+                outline[name] = level
+    code, titles, headings = set(), {"Title"}, {}
     for name in parents:
         seen: set[str] = set()
         at: str | None = name
@@ -265,20 +285,21 @@ def _style_kinds(roots: list[Any]) -> tuple[frozenset[str], frozenset[str]]:
             seen.add(at)
             if at == "Title":
                 titles.add(name)
+            if at in outline and name not in headings:
+                headings[name] = outline[at]
             if _CODE_STYLE.search(shown.get(at, at)) or (fonts.get(at) in fixed and fonts[at]):
                 code.add(name)
                 break
             at = parents.get(at)
-    return frozenset(code), frozenset(titles)
+    return _Styles(frozenset(code), frozenset(titles), headings)
 
 
 class _Writer:
     """Walks ``office:text`` and writes HTML blocks; code paragraphs in a row share a
     ``<pre>``."""
 
-    def __init__(self, code_styles: frozenset[str], title_styles: frozenset[str]) -> None:
-        self.code_styles = code_styles
-        self.title_styles = title_styles
+    def __init__(self, styles: _Styles) -> None:
+        self.styles = styles
         self.out: list[str] = []
         self.code: list[str] = []
         self.title: str | None = None
@@ -314,7 +335,7 @@ class _Writer:
             style = el.get(_q("text:style-name")) or ""
             after: list[str] = []
             text = self.inline(el, after)
-            if style in self.code_styles:
+            if style in self.styles.code:
                 if text.strip() or self.code:
                     self.code.append(text)
             elif "\n" in text and is_code_block(text):
@@ -326,9 +347,13 @@ class _Writer:
             else:
                 self.flush()
                 if text.strip():
-                    if style in self.title_styles and self.title is None:
+                    level = self.styles.headings.get(style)
+                    if style in self.styles.titles and self.title is None:
                         self.title = " ".join(text.split())
                         self.out.append(f"<h1>{_escaped(text)}</h1>")
+                    elif level:
+                        level = min(level, 6)
+                        self.out.append(f"<h{level}>{_escaped(text)}</h{level}>")
                     else:
                         self.out.append(f"<p>{_escaped(text)}</p>")
             self.out += after

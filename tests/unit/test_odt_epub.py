@@ -104,6 +104,26 @@ def test_odt_title_paragraph_with_direct_formatting(tmp_path: Path) -> None:
     assert title == d.ODT_TITLE and f"<h1>{d.ODT_TITLE}</h1>" in page
 
 
+def test_odt_heading_style_on_a_plain_paragraph(tmp_path: Path) -> None:
+    """Some writers set "Heading 2" on a text:p instead of writing a text:h."""
+    content = d.ODT_CONTENT.replace(
+        '<text:h text:style-name="Heading_20_2" text:outline-level="2">Reporting</text:h>',
+        '<text:p text:style-name="P8">Reporting</text:p>',
+    ).replace(
+        "<office:automatic-styles>",
+        '<office:automatic-styles><style:style style:name="P8" style:family="paragraph"'
+        ' style:parent-style-name="Heading_20_2"/>',
+    )
+    styles = d.ODT_STYLES.replace(
+        "</office:styles>",
+        '<style:style style:name="Heading_20_2" style:display-name="Heading 2"'
+        ' style:family="paragraph"/></office:styles>',
+    )
+    parts: d.Parts = {"content.xml": content, "styles.xml": styles}
+    page, _ = odt_html(str(d.odt_policy(tmp_path / "p.odt", parts)))
+    assert "<h2>Reporting</h2>" in page
+
+
 def test_odt_password_is_refused_as_encrypted(tmp_path: Path) -> None:
     manifest = d.ODT_MANIFEST.replace(
         'manifest:full-path="content.xml" manifest:media-type="text/xml"/>',
