@@ -30,7 +30,8 @@ _STATEMENT = re.compile(r";\s*(?://.*)?$|^\s*(?:#\s*(?:include|define|if|ifdef|e
 _COMMENT = re.compile(r"^\s*(?://|/\*|\*/|%{1,2}\s|%%|--\s|<!--|#!)")
 # An interactive prompt: Python's ">>>", a shell's "$", IPython's "In [1]:" (not "...",
 # which opens prose as often as it continues a statement).
-_PROMPT = re.compile(r"^\s*(?:>>>|\$|In \[\d*\]:)(?:\s|$)")
+# A console prompt, after a virtual environment's name when one is active: "(venv) $ ".
+_PROMPT = re.compile(r"^\s*(?:\([\w.-]+\)\s+)?(?:>>>|\$|In \[\d*\]:)(?:\s|$)")
 # A list item's marker: a bullet or a short number, then a space.
 _LIST_ITEM = re.compile(r"(?:[-*\u2022\u25cf\u25cb\u25e6\u25aa\u00b7]|\d{1,3}[.)])\s+\S")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s+[\w:.-]+=\"[^\"]*\")*\s*/?>|<\?[A-Za-z]|<!\w")

@@ -129,6 +129,41 @@ def docx_listing(path: Path) -> Path:
     return path
 
 
+# Code as pandoc and many templates set it in Word: paragraphs in a "Source Code" style
+# (one command alone, which no content rule can call code; a listing a line a paragraph)
+# and a house style based on "Code"; a prompt after a virtual environment's name.
+STYLED_COMMAND = "python3 -m venv tutorial-env"
+STYLED_LISTING = "for leg in legs:\n    print(leg.speed)"
+STYLED_SESSION = "(tutorial-env) $ python -m pip install novas\nCollecting novas"
+
+
+def docx_styled_code(path: Path) -> Path:
+    from docx import Document as WordDocument
+    from docx.enum.style import WD_STYLE_TYPE
+
+    doc = WordDocument()
+    doc.styles.add_style("Source Code", WD_STYLE_TYPE.PARAGRAPH)
+    # A house style whose name says nothing, based on one that does.
+    doc.styles.add_style(
+        "Example Block", WD_STYLE_TYPE.PARAGRAPH
+    ).base_style = doc.styles.add_style("Code", WD_STYLE_TYPE.PARAGRAPH)
+    doc.add_heading("Virtual environments", level=1)
+    doc.add_paragraph("Create the environment with the venv module:")
+    doc.add_paragraph(STYLED_COMMAND, style="Source Code")
+    doc.add_paragraph("Then print every leg:")
+    for line in STYLED_LISTING.split("\n"):
+        doc.add_paragraph(line, style="Example Block")
+    doc.add_paragraph("Install a package in the environment:")
+    run = doc.add_paragraph().add_run()
+    for i, line in enumerate(STYLED_SESSION.split("\n")):
+        if i:
+            run.add_break()
+        run.add_text(line)
+    doc.add_paragraph("The environment keeps its packages apart from the system's.")
+    doc.save(str(path))
+    return path
+
+
 def pptx_listing(path: Path) -> Path:
     """One slide: a title, and a text box holding a console session in one paragraph."""
     from pptx import Presentation

@@ -138,8 +138,64 @@ def _docx(path: str, options: ParseOptions) -> ParsedFile:
     from unstructured.partition.docx import partition_docx
 
     raw = partition_docx(filename=path, infer_table_structure=True)
-    elements = mark_code(to_elements(raw))
+    elements = mark_code(_styled_code(to_elements(raw), _docx_code_paragraphs(path)))
     return ParsedFile(mime=detect.DOCX, elements=elements, title=_ooxml_title(path))
+
+
+# Word's own code styles and the ones converters write (pandoc's "Source Code", "Verbatim
+# Char"; LibreOffice's "Preformatted Text"), by name or by a base style's name.
+_WORD_CODE_STYLE = re.compile(
+    r"source code|preformatted|^code\b|\bcode$|macro text|verbatim|listing", re.IGNORECASE
+)
+
+
+def _docx_code_paragraphs(path: str) -> list[tuple[str, bool]]:
+    """The body's paragraphs in order, as (their words, whether their style sets code).
+    Unstructured reports no style; python-docx reads them."""
+    from docx import Document as WordDocument
+
+    try:
+        doc = WordDocument(path)
+    except Exception:  # Unstructured read it; without styles, the content rules remain
+        return []
+    out = []
+    for para in doc.paragraphs:
+        style, code, seen = para.style, False, 0
+        while style is not None and seen < 16 and not code:
+            code = bool(_WORD_CODE_STYLE.search(style.name or ""))
+            style, seen = style.base_style, seen + 1
+        out.append((" ".join(para.text.split()), code))
+    return out
+
+
+def _styled_code(elements: list[Element], paragraphs: list[tuple[str, bool]]) -> list[Element]:
+    """Elements of paragraphs set in a code style become code; such paragraphs one after
+    the other (a listing pasted a line a paragraph) become one element."""
+    out: list[Element] = []
+    at = 0
+    previous_code = False
+    for el in elements:
+        words = " ".join(el.text.split())
+        found = next(
+            (i for i in range(at, min(at + 64, len(paragraphs))) if paragraphs[i][0] == words),
+            None,
+        )
+        if el.kind not in ("text", "title", "list_item") or found is None or not words:
+            out.append(el)
+            previous_code = False
+            if found is not None:
+                at = found + 1
+            continue
+        at = found + 1
+        if not paragraphs[found][1]:
+            out.append(el)
+            previous_code = False
+        elif previous_code and out and out[-1].kind == "code":
+            out[-1] = replace(out[-1], text=f"{out[-1].text}\n{el.text}")
+        else:
+            out.append(replace(el, kind="code", level=None))
+            previous_code = True
+    return out
 
 
 def _pptx(path: str, options: ParseOptions) -> ParsedFile:

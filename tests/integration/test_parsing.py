@@ -76,6 +76,7 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "slides.odp": d.odp_deck,
     "newsletter.eml": d.eml_newsletter,
     "flat.fodt": d.fodt_policy,
+    "commands.docx": d.docx_styled_code,
 }
 TEXTS: dict[str, str] = {
     "help.html": d.HTML_PAGE,
@@ -110,6 +111,7 @@ EXPECTED: dict[str, tuple[str, str]] = {  # file -> (type read from the bytes, t
     "slides.odp": (detect.ODP, d.ODP_SLIDES[0][0]),
     "newsletter.eml": (detect.EMAIL, d.NEWSLETTER_SUBJECT),
     "flat.fodt": (detect.ODT, d.ODT_TITLE),
+    "commands.docx": (detect.DOCX, "Virtual environments"),
 }
 ALL_FILES = [*EXPECTED, *CHINESE_SCANS]
 DISTINCT = [name for name in ALL_FILES if name != DISGUISED]  # the copy reads the same
@@ -658,6 +660,20 @@ def test_epub_chapters_in_spine_order(parsed: Callable[[str], ParsedFile]) -> No
     tides = holding(kids, "tide --port lyon")
     assert f"```\n{d.EPUB_LISTING}\n```" in tides.content
     assert tides.title_path == (d.EPUB_TITLE, "Tides")
+
+
+def test_word_code_styles_make_code(parsed: Callable[[str], ParsedFile]) -> None:
+    """Unstructured reports no paragraph style; es-rag reads them (python-docx): a command
+    alone in "Source Code", a listing a line a paragraph in a style based on "Code" (one
+    block), and a console session after a virtual environment's prompt are code; prose
+    stays prose."""
+    doc = parsed("commands.docx")
+    assert [e.text for e in doc.elements if e.kind == "code"] == [
+        d.STYLED_COMMAND,
+        d.STYLED_LISTING,
+        d.STYLED_SESSION,
+    ]
+    assert [e.kind for e in doc.elements if e.text.startswith("The environment")] == ["text"]
 
 
 def test_plain_text_keeps_asterisks_listings_and_list_items(

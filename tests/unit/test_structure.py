@@ -513,6 +513,7 @@ def test_outline_without_positions_prefers_the_heading_to_the_running_header() -
 def test_an_ellipsis_or_a_price_is_not_a_prompt() -> None:
     assert not looks_like_code("... and then the night fell")
     assert not looks_like_code("$5 million in grants")
+    assert not is_code_block("(see below) $ 5 is the fee\nfor each of the two visits")
 
 
 @pytest.mark.parametrize(
@@ -521,6 +522,7 @@ def test_an_ellipsis_or_a_price_is_not_a_prompt() -> None:
         "def refund(order):\n    if order.paid:\n        return order.total",
         ">>> refund(order, 5)\nRefund(id=7, amount=5)\n>>> order.total\n40",  # a session
         "$ es-rag init\nindex acme created",
+        "(tutorial-env) $ python -m pip install novas\nCollecting novas",  # a venv's prompt
         "x = 1\ny = x + 1\nprint(y)",
     ],
 )
