@@ -637,7 +637,7 @@ def _email(path: str, options: ParseOptions) -> ParsedFile:
     try:
         msg = email.message_from_bytes(Path(path).read_bytes(), policy=policy.default)
         part = msg.get_body(preferencelist=("html", "plain"))
-        content = part.get_content() if part is not None else ""
+        content = _mail_text(part) if part is not None else ""
         subject = str(msg.get("subject") or "").strip()
         fields = [
             (label, [str(a) for h in msg.get_all(name, []) for a in _addresses(h)])
@@ -645,8 +645,6 @@ def _email(path: str, options: ParseOptions) -> ParsedFile:
         ]
     except Exception as exc:  # a header or a part the parser cannot decode
         raise CorruptDocumentError(f"a damaged e-mail: {type(exc).__name__}: {exc}") from None
-    if not isinstance(content, str):
-        content = ""  # a body that is not text (a bare attachment)
     if part is not None and part.get_content_subtype() == "html" and content.strip():
         elements = _html_elements(content.encode("utf-8"))[0]
     else:
@@ -655,6 +653,16 @@ def _email(path: str, options: ParseOptions) -> ParsedFile:
     if people:
         elements.insert(0, people)
     return ParsedFile(mime=detect.EMAIL, elements=elements, title=subject or None)
+
+
+def _mail_text(part: Any) -> str:
+    """A text part's content; a charset Python does not know is read as UTF-8, its
+    undecodable bytes replaced, rather than losing the message."""
+    try:
+        content = part.get_content()
+    except LookupError:
+        content = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
+    return content if isinstance(content, str) else ""  # a body that is not text
 
 
 def _addresses(header: Any) -> list[Any]:

@@ -662,6 +662,17 @@ def test_epub_chapters_in_spine_order(parsed: Callable[[str], ParsedFile]) -> No
     assert tides.title_path == (d.EPUB_TITLE, "Tides")
 
 
+def test_mail_in_a_charset_python_does_not_know_is_read(parser: Parser, tmp_path: Path) -> None:
+    mail = tmp_path / "odd.eml"
+    mail.write_bytes(
+        b"From: a@example.com\nTo: b@example.com\nSubject: Odd charset\n"
+        b"Content-Type: text/plain; charset=x-unknown-cs\n\nThe valve needs grease.\n"
+    )
+    doc = parser.parse(mail)
+    assert doc.title == "Odd charset"
+    assert [e.text for e in doc.elements][-1] == "The valve needs grease."
+
+
 def test_word_code_styles_make_code(parsed: Callable[[str], ParsedFile]) -> None:
     """Unstructured reports no paragraph style; es-rag reads them (python-docx): a command
     alone in "Source Code", a listing a line a paragraph in a style based on "Code" (one
