@@ -14,6 +14,7 @@ import email.message
 import email.utils
 import zipfile
 from pathlib import Path
+from typing import Any
 
 DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 CJK_FONTS = (
@@ -105,6 +106,15 @@ CODE_PASTED = "for order in overdue:\n    remind(order.customer)\n    order.flag
 INDENTED_PROSE = ("    Dear customer,", "    your refund was paid today.")
 
 
+def _broken_lines(doc: Any, text: str) -> None:
+    """One Word paragraph whose lines are kept apart by line breaks (Shift+Enter)."""
+    run = doc.add_paragraph().add_run()
+    for i, line in enumerate(text.split("\n")):
+        if i:
+            run.add_break()
+        run.add_text(line)
+
+
 def docx_listing(path: Path) -> Path:
     """A heading, prose, a listing, a console session and an address on indented lines
     (each one paragraph), then a listing pasted a paragraph a line and two paragraphs of
@@ -115,11 +125,7 @@ def docx_listing(path: Path) -> Path:
     doc.add_heading("Refund helpers", level=1)
     doc.add_paragraph("The helper below pays part of an order back to the customer.")
     for block in (CODE_LISTING, CODE_SESSION, ADDRESS):
-        run = doc.add_paragraph().add_run()
-        for i, line in enumerate(block.split("\n")):
-            if i:
-                run.add_break()
-            run.add_text(line)
+        _broken_lines(doc, block)
     doc.add_paragraph("Refunds above the order total are refused.")
     for line in CODE_PASTED.split("\n"):
         doc.add_paragraph(line)
@@ -154,11 +160,7 @@ def docx_styled_code(path: Path) -> Path:
     for line in STYLED_LISTING.split("\n"):
         doc.add_paragraph(line, style="Example Block")
     doc.add_paragraph("Install a package in the environment:")
-    run = doc.add_paragraph().add_run()
-    for i, line in enumerate(STYLED_SESSION.split("\n")):
-        if i:
-            run.add_break()
-        run.add_text(line)
+    _broken_lines(doc, STYLED_SESSION)
     doc.add_paragraph("The environment keeps its packages apart from the system's.")
     doc.save(str(path))
     return path
@@ -717,6 +719,16 @@ epub:type="noteref" href="#n1">1</a></p>
 }
 EPUB_NAV_ONLY = "Contents of the guide"
 EPUB_FOOTNOTE = "Ringed gulls were counted in 2019."
+
+
+def epub_drm(chapter: str) -> str:
+    """META-INF/encryption.xml of a book whose ``chapter`` is encrypted (DRM)."""
+    return f"""<?xml version="1.0"?>
+<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
+ xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>
+<enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
+<enc:CipherData><enc:CipherReference URI="{chapter}"/></enc:CipherData>
+</enc:EncryptedData></encryption>"""
 
 
 def _xhtml(title: str, body: str) -> str:

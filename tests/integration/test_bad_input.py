@@ -123,14 +123,6 @@ def _opendocument(path: Path, plain: Path) -> None:
         archive.writestr("content.xml", "<office:document-content/>")
 
 
-_DRM = """<?xml version="1.0"?>
-<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
- xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>
-<enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
-<enc:CipherData><enc:CipherReference URI="OEBPS/text/ch01.xhtml"/></enc:CipherData>
-</enc:EncryptedData></encryption>"""
-
-
 @dataclass(frozen=True)
 class Case:
     """One kind of bad input: where its file lies and what every layer must say about it.
@@ -213,7 +205,9 @@ CASES = [
     Case("OpenDocument drawing", "23-opendocument.odg", _opendocument,
          UnsupportedFormatError, "OpenDocument drawing"),
     Case("EPUB with DRM", "23a-drm.epub",
-         lambda p, _: documents.epub_guide(p, {"META-INF/encryption.xml": _DRM}),
+         lambda p, _: documents.epub_guide(
+             p, {"META-INF/encryption.xml": documents.epub_drm("OEBPS/text/ch01.xhtml")}
+         ),
          EncryptedDocumentError, "encrypted (DRM)"),
     Case("damaged ODT (cut content.xml)", "23b-damaged.odt",
          lambda p, _: documents.odt_policy(p, {"content.xml": documents.ODT_CONTENT[:900]}),

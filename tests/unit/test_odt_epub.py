@@ -58,26 +58,33 @@ def test_odt_table_drops_its_padding_and_keeps_nested_lists(tmp_path: Path) -> N
     ]
 
 
+_HOTELS = '<text:h text:style-name="Heading_20_1" text:outline-level="1">Hotels</text:h>'
+
+
+def _hotels_as(tmp_path: Path, xml: str) -> str:
+    """The policy as HTML, its "Hotels" heading written as ``xml``."""
+    content = d.ODT_CONTENT.replace(_HOTELS, xml)
+    return odt_html(str(d.odt_policy(tmp_path / "p.odt", {"content.xml": content})))[0]
+
+
 def test_odt_headings_inside_lists_stay_headings(tmp_path: Path) -> None:
     """Outline numbering as older OpenOffice writes it: each heading inside a list item."""
-    content = d.ODT_CONTENT.replace(
-        '<text:h text:style-name="Heading_20_1" text:outline-level="1">Hotels</text:h>',
+    page = _hotels_as(
+        tmp_path,
         '<text:list text:style-name="Numbering"><text:list-item><text:h text:outline-level="1">'
         "Hotels</text:h><text:p>Booked centrally.</text:p></text:list-item></text:list>",
     )
-    page, _ = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"content.xml": content})))
     blocks = _blocks(page)
     at = blocks.index(("h1", "Hotels"))
     assert blocks[at + 1] == ("p", "Booked centrally.")
 
 
 def test_odt_hidden_section_is_left_out(tmp_path: Path) -> None:
-    content = d.ODT_CONTENT.replace(
-        '<text:h text:style-name="Heading_20_1" text:outline-level="1">Hotels</text:h>',
+    page = _hotels_as(
+        tmp_path,
         '<text:section text:name="Draft" text:display="none"><text:p>Unpublished rates.</text:p>'
         '</text:section><text:h text:outline-level="1">Hotels</text:h>',
     )
-    page, _ = odt_html(str(d.odt_policy(tmp_path / "p.odt", {"content.xml": content})))
     assert "Unpublished" not in page and "<h1>Hotels</h1>" in page
 
 
@@ -186,12 +193,7 @@ def test_epub_chapters_in_spine_order_without_navigation(tmp_path: Path) -> None
 
 
 def test_epub_with_encrypted_chapters_is_refused(tmp_path: Path) -> None:
-    drm = """<?xml version="1.0"?>
-<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
- xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData>
-<enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
-<enc:CipherData><enc:CipherReference URI="OEBPS/text/ch02.xhtml"/></enc:CipherData>
-</enc:EncryptedData></encryption>"""
+    drm = d.epub_drm("OEBPS/text/ch02.xhtml")
     path = d.epub_guide(tmp_path / "g.epub", {"META-INF/encryption.xml": drm})
     with pytest.raises(EncryptedDocumentError, match="DRM"):
         epub_chapters(str(path))
