@@ -54,9 +54,10 @@ __all__ = [
 #    code; plain text and mail bodies are grouped by es-rag (no cut at "*" or "·"); RTF is
 #    read for its words; prompts (">>> ", "$ ") are not headings; a bare number is a page
 #    number only on pages laid out for print
-# 5: OpenDocument, EPUB and Outlook MSG read; EML through the standard library's parser,
-#    its HTML part through the HTML path; layout tables read as blocks; every main region
-#    of a page; Publican's chrome and blocks of linked images left out
+# 5: OpenDocument (zipped and flat), EPUB and Outlook MSG read, other XML refused; EML
+#    through the standard library's parser, its HTML part through the HTML path; layout
+#    tables read as blocks; every main region of a page; Publican's chrome and blocks of
+#    linked images left out; Word code styles read
 ES_RAG_PARSING = "5"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
