@@ -390,12 +390,13 @@ def _layout_table(table: Any) -> bool:
 
 
 def _unwrap_layout_tables(body: Any) -> None:
-    """Layout tables become plain blocks, outermost first, so that their text reads as
-    paragraphs and headings, not as one row of a table; data tables stay tables."""
-    for _ in range(10_000):
-        table = next((t for t in body.iter("table") if _layout_table(t)), None)
-        if table is None:
-            return
+    """Layout tables become plain blocks, so that their text reads as paragraphs and
+    headings, not as one row of a table; data tables stay tables. One pass in document
+    order, outer tables before the tables they hold: whether a table lays out depends only
+    on what lies inside it."""
+    for table in list(body.iter("table")):
+        if not _layout_table(table):
+            continue
         for part in table.xpath("./thead | ./tbody | ./tfoot"):
             part.drop_tag()
         for part in table.xpath("./colgroup | ./col"):
