@@ -11,6 +11,7 @@ from es_rag.analysis import TextAnalyzer
 from es_rag.config import Settings
 from es_rag.embedding import SentenceTransformerEmbedder
 from es_rag.engine.client import Engine, make_engine
+from es_rag.parsing import Parser
 from es_rag.pipeline import Ingestor
 from es_rag.query.search import Searcher
 from tests.conftest import unique_index
@@ -29,6 +30,15 @@ def engine(es_url: str, engine_name: str) -> Iterator[Engine]:
 def embedder(minilm_path: str) -> SentenceTransformerEmbedder:
     """One MiniLM for the session: loading it is the slow part of every test."""
     return SentenceTransformerEmbedder(model=minilm_path, batch_size=32)
+
+
+@pytest.fixture(scope="module")
+def parser() -> Iterator[Parser]:
+    """One parser per test module, default settings: its sandbox server warms once per
+    format family."""
+    made = Parser(Settings())
+    yield made
+    made.close()
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,6 @@ from lxml import html as lxml_html
 
 from es_rag import detect
 from es_rag.chunking import chunk_elements, count_words
-from es_rag.config import Settings
 from es_rag.engine.client import Engine
 from es_rag.parsing import ParsedFile, Parser
 from es_rag.types import Chunk
@@ -136,14 +135,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
         d.scanned_pdf(root / "scan-zh.pdf", [d.SCAN_ZH], font=font)
         d.png_scan(root / "scan-zh.png", d.SCAN_ZH, font=font)
     return root
-
-
-@pytest.fixture(scope="module")
-def parser() -> Iterator[Parser]:
-    """One parser for the module: its sandbox server warms once per format family."""
-    made = Parser(Settings())
-    yield made
-    made.close()
 
 
 @pytest.fixture(scope="module")

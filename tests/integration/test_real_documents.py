@@ -56,13 +56,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def parser() -> Parser:
-    made = Parser(Settings())
-    yield made  # type: ignore[misc]
-    made.close()
-
-
 def _chunks(parsed: ParsedFile, title: str) -> list[Chunk]:
     settings = Settings()
     return chunk_elements(

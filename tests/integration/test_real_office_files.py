@@ -18,13 +18,11 @@ import os
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from es_rag import detect
-from es_rag.config import Settings
 from es_rag.parsing import Parser
 
 pytestmark = pytest.mark.integration
@@ -56,13 +54,6 @@ def source_package(name: str, version: str) -> Path:
         archive.extractall(root, filter="data")
     (root / ".unpacked").touch()
     return root
-
-
-@pytest.fixture(scope="module")
-def parser() -> Iterator[Parser]:
-    made = Parser(Settings())
-    yield made
-    made.close()
 
 
 def _msg(name: str) -> Path:
