@@ -329,6 +329,8 @@ class Ingestor(Parts):
     ) -> dict[tuple[str, str], list[DocState]]:
         """Each (tenant, doc id)'s state in every target: one request per tenant and
         target for the whole batch (es_rag.engine.index.ChunkIndex.doc_states)."""
+        if docs:
+            self._see_writes([t.name for t in targets])
         by_tenant: dict[str, list[str]] = {}
         for tenant, doc_id in docs:
             by_tenant.setdefault(tenant, []).append(doc_id)
@@ -338,6 +340,19 @@ class Ingestor(Parts):
                 for doc_id, state in target.index.doc_states(tenant, ids).items():
                     out[(tenant, doc_id)].append(state)
         return out
+
+    def _see_writes(self, names: Sequence[str]) -> None:
+        """Publish every write already acknowledged to these indices before rows are
+        looked up.
+
+        Rows are found by search (states, chunk locations), and a search sees only what
+        the last refresh published (once a second, or at the next search of an idle
+        shard). Without this a version written a moment ago, by this process or another,
+        was invisible: its replacement left its rows behind (stale text, the old ACL), and
+        a delete or an ACL change right after an ingest found nothing. A refresh with
+        nothing pending is a round trip; one per batch, not per document.
+        """
+        self.engine.refresh(",".join(dict.fromkeys(names)))
 
     def _targets(self, *, adopt: bool = True) -> list[_Target]:
         """Where this batch writes: the alias's generation, then a mirrored one.
@@ -490,6 +505,9 @@ class Ingestor(Parts):
         # a mirror that appeared must get these rows too (in the analysis they were made
         # with: a generation that needs another gets them remade).
         targets = self._targets(adopt=False)
+        appeared = [t.name for t in targets if any(t.name not in p.old for p in plans)]
+        if appeared:
+            self._see_writes(appeared)
         for target in targets:
             for p in plans:
                 if target.name not in p.old:
@@ -785,6 +803,7 @@ class Ingestor(Parts):
         if not self._ready:
             self.init_index()
         targets = self._targets()
+        self._see_writes([t.name for t in targets])
         state = targets[0].index.doc_state(tenant, doc_id)
         if state.count == 0:
             raise InputError(
@@ -829,6 +848,7 @@ class Ingestor(Parts):
         Returns the rows deleted from the alias's generation."""
         layout = self.generations.layout()
         names = [g.index for g in layout.targets()] or [self.settings.index]
+        self._see_writes(names)
         deleted = 0
         for n, name in enumerate(names):
             index = ChunkIndex(self.engine, name)

@@ -24,6 +24,7 @@ from es_rag.types import AccessControl, Document, IngestResult
 pytestmark = pytest.mark.integration
 
 ACL = make_acl("acme", allow=["group:support"])
+ACL_OPS = make_acl("acme", allow=["group:ops"])
 
 
 def long_text(tag: str, sentences: int) -> str:
@@ -141,6 +142,54 @@ def test_changed_document_replaces_without_gap(
     assert all("version two" in r["content"] or "for two" in r["content"] for r in final)
     assert not any("version one" in r["content"] for r in final)
     assert {r["doc_version"] for r in final} == {final[0]["doc_version"]}
+
+
+def unpublished(engine: Engine, ingestor: Ingestor) -> None:
+    """No refresh of the index unless asked: what is written stays unsearchable until a
+    reader publishes it (as within a second of a write on any cluster, and for as long
+    as a bulk load with ``refresh_interval: -1`` runs)."""
+    name, _ = ingestor.init_index()
+    engine.client.indices.put_settings(index=name, body={"index.refresh_interval": "-1"})
+
+
+def test_a_version_written_a_moment_ago_is_replaced_whole(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    engine: Engine,
+) -> None:
+    """The second version of a document, ingested before the first was published, finds
+    and deletes every row of the first: no stale text and no old ACL stays behind."""
+    settings = make_settings(chunk_size=40, chunk_overlap=5)
+    ingestor = ingestor_for(settings)
+    unpublished(engine, ingestor)
+    wide = make_acl("acme", allow=["group:support"])
+    first = ingestor.ingest(Document(doc_id="memo", text=long_text("one", 12), acl=wide))
+    second = ingestor.ingest(Document(doc_id="memo", text=long_text("two", 5), acl=ACL_OPS))
+    assert first.status == second.status == "indexed"
+    assert second.deleted == first.chunks + first.parents
+    final = rows(engine, settings.index, "memo")
+    assert len(final) == second.chunks + second.parents
+    assert not any("version one" in r["content"] for r in final)
+    assert {tuple(r["allowed_principals"]) for r in final} == {("group:ops",)}
+
+
+def test_delete_and_acl_change_right_after_an_ingest_reach_every_row(
+    make_settings: Callable[..., Settings],
+    ingestor_for: Callable[[Settings], Ingestor],
+    engine: Engine,
+) -> None:
+    """A revocation issued right after an ingest (no refresh between) is not a no-op."""
+    settings = make_settings(chunk_size=40, chunk_overlap=5)
+    ingestor = ingestor_for(settings)
+    unpublished(engine, ingestor)
+    kept = ingestor.ingest(Document(doc_id="kept", text=long_text("k", 6), acl=ACL))
+    gone = ingestor.ingest(Document(doc_id="gone", text=long_text("g", 6), acl=ACL))
+    assert ingestor.update_acl("kept", ACL_OPS) == kept.chunks + kept.parents
+    assert ingestor.delete_document("gone", tenant="acme") == gone.chunks + gone.parents
+    assert rows(engine, settings.index, "gone") == []
+    assert {tuple(r["allowed_principals"]) for r in rows(engine, settings.index, "kept")} == {
+        ("group:ops",)
+    }
 
 
 def test_acl_change_rewrites_access_fields(
