@@ -243,7 +243,9 @@ def wait_for(
     has a final row.
 
     Raises ``TimeoutError`` after ``timeout`` seconds. Rows running past the hard time
-    limit are expired on the way (every 30 s: they are minutes old anyway).
+    limit are expired on the way (every 30 s: they are minutes old anyway). At the end
+    the chunk index is refreshed, as an inline ingest ends: a search right after the wait
+    finds what the workers wrote (they do not refresh after each batch).
     """
     status = ingestor.status
     done: dict[str, dict[str, Any]] = {}
@@ -266,6 +268,8 @@ def wait_for(
                 done[row["doc_id"]] = row
                 if on_final is not None:
                     on_final(row)
+    if done:
+        ingestor.index.refresh()
     return done
 
 

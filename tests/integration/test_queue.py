@@ -153,6 +153,12 @@ def test_a_folder_through_the_queue_with_a_poison_document(
     (folder / "c-vpn.txt").write_text("Employees connect through the VPN client.\n")
     (folder / "d-leave.md").write_text("# Leave\n\nStaff get twenty-eight days of leave.\n")
     (folder / "e-report.pdf").write_bytes(b"%PDF-1.4 not parsed by this version")
+    # Nothing published unless asked: the search below right after the wait must still
+    # find what the worker wrote (the wait ends with a refresh, as an inline ingest does).
+    name, _ = Ingestor(settings_of(env)).init_index()
+    Ingestor(settings_of(env)).engine.client.indices.put_settings(
+        index=name, body={"index.refresh_interval": "-1"}
+    )
     worker = workers(env)
     proc = cli(env, "ingest", "--queue", str(folder), "--tenant", "acme", "--public", "--json")
     assert proc.returncode == 1, proc.stderr  # some documents failed
@@ -184,12 +190,13 @@ def test_a_folder_through_the_queue_with_a_poison_document(
     assert row and row["worker"] and row["timings_ms"]["embed"] > 0 and row["chunks"] >= 1
     assert row["payload"]["tenant"] == "acme"
 
-    hits = (
-        Searcher(settings_of(env))
-        .search("how long do refunds take", caller=make_caller("acme", users=["u"]), k=3)
-        .hits
-    )
+    searcher = Searcher(settings_of(env))
+    anyone = make_caller("acme", users=["u"])
+    hits = searcher.search("how long do refunds take", caller=anyone, k=3).hits
     assert hits and hits[0].doc_id.endswith("a-refunds.md")
+    # The last file sent is in the worker's last batch: no later batch published it.
+    hits = searcher.search("how many days of leave do staff get", caller=anyone, k=3).hits
+    assert hits and hits[0].doc_id.endswith("d-leave.md")
 
     # A fixed poison document is requeued with its stored payload and now ingests.
     (folder / "b-poison.txt").write_text("The poison document was fixed.\n")
