@@ -215,6 +215,12 @@ class Settings(BaseSettings):
     parse_max_unzipped_mb: int = Field(
         default=1024, description="largest inflated size of a DOCX/PPTX/XLSX (zip bombs), MB"
     )
+    mail_attachments: bool = Field(
+        default=True,
+        description="read an e-mail's (EML, MSG) attachments after its body, each under a "
+        "heading with its name, by the parser of its own type and within the same parse's "
+        "limits; an attached mail's own attachments are named, not read. false: bodies only",
+    )
     parse_memory_mb: int = Field(
         default=2048, description="address space a parse may add to the parse server's, MB"
     )

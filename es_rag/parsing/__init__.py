@@ -58,13 +58,16 @@ __all__ = [
 #    through the standard library's parser, its HTML part through the HTML path; layout
 #    tables read as blocks; every main region of a page; Publican's chrome and blocks of
 #    linked images left out; Word code styles read
-ES_RAG_PARSING = "5"
+# 6: a mail's attachments read after its body (ES_RAG_MAIL_ATTACHMENTS), and named in a
+#    line after its sender and recipients
+ES_RAG_PARSING = "6"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
 INLINE = frozenset({detect.MARKDOWN})
-_GUESSED_TITLES = frozenset(
-    {detect.PDF, detect.TEXT, detect.RTF, detect.EMAIL, detect.MSG, *detect.IMAGES}
-)
+# Mail is missing on purpose: a message's body and each attachment are cleaned in the
+# child, each by its own type's rules (es_rag.parsing.child._with_attachments), so that an
+# attached Word file's declared headings are not guessed at again as a mail's would be.
+_GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.RTF, *detect.IMAGES})
 
 
 # Where a worker's shared parse server listens; set by its main process for its children.
@@ -120,6 +123,7 @@ class Parser:
             ocr_languages=tuple(x for x in settings.ocr_languages.split("+") if x.strip()),
             ocr_dpi=settings.ocr_dpi,
             max_unzipped_bytes=settings.parse_max_unzipped_mb * 2**20,
+            mail_attachments=settings.mail_attachments,
         )
         self.sandbox = Sandbox(
             Limits(

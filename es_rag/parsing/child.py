@@ -15,7 +15,9 @@ in the sandbox's server before it forks, so that children share the loaded libra
 
 from __future__ import annotations
 
+import logging
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -23,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from es_rag import detect
-from es_rag.cleaning import page_words, respace
+from es_rag.cleaning import clean, page_words, respace
 from es_rag.errors import (
     ConfigurationError,
     CorruptDocumentError,
     DocumentTooLargeError,
     EmptyDocumentError,
     EncryptedDocumentError,
+    InputError,
     ParseLimitError,
     UnsupportedFormatError,
 )
@@ -45,6 +48,8 @@ from es_rag.parsing.common import (
 )
 from es_rag.parsing.ocr import image_file, ocr, ocr_languages, pdf_pages
 from es_rag.types import Element
+
+log = logging.getLogger(__name__)
 
 
 def _warm_nlp() -> None:
@@ -631,7 +636,7 @@ def _email(path: str, options: ParseOptions) -> ParsedFile:
     """An RFC 822 message (the standard library's parser): its body as for an Outlook
     message, the HTML part when there is one (layout tables and all through the HTML
     path), else the plain text in es-rag's paragraphs; the subject as title, sender and
-    recipients as a first line. Attachments are not ingested."""
+    recipients as a first line; then its attachments (``_with_attachments``)."""
     import email
     from email import policy
 
@@ -644,16 +649,38 @@ def _email(path: str, options: ParseOptions) -> ParsedFile:
             (label, [str(a) for h in msg.get_all(name, []) for a in _addresses(h)])
             for label, name in (("From", "from"), ("To", "to"), ("Cc", "cc"))
         ]
+        attachments = [
+            (a.get_filename() or _subject(a), _attachment_bytes(a))
+            for a in msg.iter_attachments()
+            if a.get_content_type() not in _NOT_CONTENT
+        ]
     except Exception as exc:  # a header or a part the parser cannot decode
         raise CorruptDocumentError(f"a damaged e-mail: {type(exc).__name__}: {exc}") from None
     if part is not None and part.get_content_subtype() == "html" and content.strip():
         elements = _html_elements(content.encode("utf-8"))[0]
     else:
         elements = _text_elements(content)
-    people = _people(fields)
-    if people:
-        elements.insert(0, people)
+    elements = _with_attachments(_people(fields), elements, attachments, options)
     return ParsedFile(mime=detect.EMAIL, elements=elements, title=subject or None)
+
+
+def _subject(part: Any) -> str | None:
+    """An attached message's subject: its name when it has no file name."""
+    if part.get_content_type() != "message/rfc822":
+        return None
+    inner = part.get_content()
+    if not hasattr(inner, "get"):
+        return None
+    return str(inner.get("subject") or "").strip() or None
+
+
+def _attachment_bytes(part: Any) -> bytes | None:
+    """An attachment's decoded bytes; an attached message as the message it is."""
+    if part.get_content_maintype() == "message":
+        inner = part.get_content()
+        return inner.as_bytes() if hasattr(inner, "as_bytes") else None
+    data = part.get_payload(decode=True)
+    return data if isinstance(data, bytes) else None
 
 
 def _mail_text(part: Any) -> str:
@@ -691,7 +718,7 @@ def _people(fields: list[tuple[str, list[str]]]) -> Element | None:
 def _msg(path: str, options: ParseOptions) -> ParsedFile:
     """An Outlook message (python-oxmsg): its HTML body through the HTML path, else its
     plain-text body in es-rag's paragraphs; the subject as title, the sender and the
-    recipients as a first line, as for EML. Attachments are not ingested."""
+    recipients as a first line, as for EML; then its attachments (``_with_attachments``)."""
     from oxmsg import Message
 
     try:
@@ -699,6 +726,11 @@ def _msg(path: str, options: ParseOptions) -> ParsedFile:
         html_body, body = msg.html_body, msg.body
         subject, sender = msg.subject, msg.sender
         recipients = [r.email_address or r.name for r in msg.recipients]
+        attachments = [
+            (a.file_name, a.file_bytes)
+            for a in msg.attachments
+            if (a.mime_type or "").lower() not in _NOT_CONTENT
+        ]
     except Exception as exc:  # oxmsg raises plain errors on a damaged message
         raise CorruptDocumentError(
             f"a damaged Outlook message: {type(exc).__name__}: {exc}"
@@ -708,9 +740,91 @@ def _msg(path: str, options: ParseOptions) -> ParsedFile:
     else:
         elements = _text_elements(body or "")
     people = _people([("From", [sender] if sender else []), ("To", [r for r in recipients if r])])
-    if people:
-        elements.insert(0, people)
+    elements = _with_attachments(people, elements, attachments, options)
     return ParsedFile(mime=detect.MSG, elements=elements, title=(subject or "").strip() or None)
+
+
+MAX_ATTACHMENTS = 100
+# Parts that travel as attachments but are the message's machinery, not its content.
+_NOT_CONTENT = frozenset(
+    {
+        "application/pgp-signature",
+        "application/pgp-keys",
+        "application/pkcs7-signature",
+        "application/x-pkcs7-signature",
+        "application/ms-tnef",
+    }
+)
+_SUFFIX = re.compile(r"\.[a-z0-9]{1,10}")
+
+
+def _with_attachments(
+    people: Element | None,
+    body: list[Element],
+    attachments: list[tuple[str | None, bytes | None]],
+    options: ParseOptions,
+) -> list[Element]:
+    """A message's elements: who wrote to whom, the attachments' names, the body, then
+    each attachment es-rag can read under a heading "Attachment: <name>".
+
+    The body is cleaned here as a mail's (headings guessed); an attachment is what a
+    file would be: its type sniffed from its bytes, read by that type's parser and
+    cleaned by that type's rules (Parser.parse does not clean mail again). Its headings
+    go one level down, under its own. One that cannot be read (an unknown or damaged
+    format, an image without OCR, an Outlook message embedded without bytes) is only
+    named: the message is never refused for an attachment. An attached mail's own
+    attachments are named, not read (one level), and past ``MAX_ATTACHMENTS`` the rest
+    are named only. All of it is one parse: its memory, CPU and time limits hold for the
+    message with its attachments (ES_RAG_MAIL_ATTACHMENTS=false reads bodies only).
+    """
+    named = [(name or "").strip() for name, _ in attachments]
+    head = [people] if people else []
+    if any(named):
+        listed = ", ".join(n for n in named if n)
+        head.append(Element(kind="text", text=f"Attachments: {listed}."))
+    # A mail's headings are guessed (Unstructured's on plain text, bold lines in HTML).
+    out = clean(head + body, guessed_titles=True)
+    if not options.mail_attachments or options.attachment_depth > 0:
+        return out
+    inner = replace(options, attachment_depth=options.attachment_depth + 1)
+    with tempfile.TemporaryDirectory(prefix="es-rag-attachments-") as tmp:
+        for n, ((_, data), name) in enumerate(zip(attachments, named, strict=True)):
+            if not data or n >= MAX_ATTACHMENTS:
+                continue
+            label = name or f"attachment {n + 1}"
+            # The name's suffix helps the sniff (.csv, .md); the name itself is not a path.
+            suffix = Path(label).suffix.lower()
+            file = Path(tmp) / (f"{n}{suffix}" if _SUFFIX.fullmatch(suffix) else str(n))
+            file.write_bytes(data)
+            try:
+                parsed = _attachment(file, data, inner)
+            except InputError as exc:
+                log.info("attachment %r not read: %s", label, exc)
+                continue
+            finally:
+                file.unlink()
+            out.append(Element(kind="title", text=f"Attachment: {label}", level=1))
+            out += [
+                replace(e, level=(e.level or 1) + 1) if e.kind == "title" else e for e in parsed
+            ]
+    return out
+
+
+def _attachment(file: Path, data: bytes, options: ParseOptions) -> list[Element]:
+    """One attachment's cleaned elements, as ``Parser.parse`` reads a file."""
+    from es_rag.parsing import _GUESSED_TITLES, _LAYOUT
+
+    mime = detect.sniff(data[: detect.SNIFF_BYTES], name=file.name, size=len(data))
+    parsed = partition_file(str(file), mime, options)
+    elements = clean(
+        parsed.elements,
+        layout=parsed.mime in _LAYOUT or parsed.ocr,
+        guessed_titles=parsed.mime in _GUESSED_TITLES or parsed.ocr,
+        outline=parsed.outline,
+    )
+    if not any(e.text.strip() for e in elements):
+        raise EmptyDocumentError("no text")
+    return elements
 
 
 def _pdf(path: str, options: ParseOptions) -> ParsedFile:

@@ -37,6 +37,10 @@ class ParseOptions:
     ocr_languages: tuple[str, ...] = ()  # Tesseract codes; (): eng/chi_sim/chi_tra if installed
     ocr_dpi: int = 300
     max_unzipped_bytes: int = 1 << 30
+    mail_attachments: bool = True  # read a mail's attachments after its body
+    # How deep in attached mails this file is: an attached mail's own attachments are
+    # named, not read.
+    attachment_depth: int = 0
 
 
 @dataclass

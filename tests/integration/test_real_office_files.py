@@ -18,11 +18,14 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
 
 from es_rag import detect
+from es_rag.config import Settings
 from es_rag.parsing import Parser
 
 pytestmark = pytest.mark.integration
@@ -65,17 +68,49 @@ def _odf(name: str) -> Path:
     return root / name if name.startswith("api") else root / "tests/examples" / name
 
 
-def test_outlook_html_mail_laid_out_in_tables(parser: Parser) -> None:
+@pytest.fixture(scope="module")
+def bodies_only() -> Iterator[Parser]:
+    """Mail bodies without their attachments (complete.msg carries a 376-page PDF and a
+    Word file of the same specification: two minutes of parsing on two cores)."""
+    parser = Parser(Settings(mail_attachments=False))
+    yield parser
+    parser.close()
+
+
+def test_outlook_html_mail_laid_out_in_tables(bodies_only: Parser) -> None:
     """A marketing mail: its HTML body is tables inside tables. Read as tables, every
     paragraph was a cell of a few long rows; they are blocks now, each its own text."""
-    doc = parser.parse(_msg("complete.msg"))
+    doc = bodies_only.parse(_msg("complete.msg"))
     assert doc.mime == detect.MSG
     assert doc.title == "Test Multiple attachments complete email!!"
     assert doc.elements[0].text.startswith('From: "Vikram Arsid" <admin@fegraph.onmicrosoft.com>')
     assert "qademo@hiddenfire.onmicrosoft.com" in doc.elements[0].text
+    # Named, not read (ES_RAG_MAIL_ATTACHMENTS=false); six embedded messages have no name.
+    assert doc.elements[1].text == (
+        "Attachments: [MS-OXPROPS]-181001.docx, [MS-OXPROPS].txt, [MS-OXPROPS].pdf, "
+        "hugues-de-buyer-mimeure-313867-unsplash.jpg."
+    )
+    assert not [e for e in doc.elements if e.text.startswith("Attachment: ")]
     assert not [e for e in doc.elements if e.kind == "table"]
     texts = [e.text for e in doc.elements]
     assert "Follow your path" in texts and "Get in the zone" in texts
+
+
+def test_outlook_mail_with_real_attachments(parser: Parser, request: pytest.FixtureRequest) -> None:
+    """The same mail with its attachments read: Microsoft's [MS-OXPROPS] specification as
+    Word, text and a 376-page PDF, and a photograph without text (not read)."""
+    if not request.config.getoption("--long"):
+        # test_mail_attachments_are_read_after_the_body holds the same path in CI.
+        pytest.skip("complete.msg's attachments run with --long (2 min of parsing)")
+    doc = parser.parse(_msg("complete.msg"))
+    assert [e.text for e in doc.elements if e.kind == "title" and e.level == 1] == [
+        "Attachment: [MS-OXPROPS]-181001.docx",
+        "Attachment: [MS-OXPROPS].txt",
+        "Attachment: [MS-OXPROPS].pdf",
+    ]
+    assert len(doc.text.split()) > 150_000
+    assert max(e.page or 0 for e in doc.elements) == 376  # the PDF's pages travel along
+    assert "Follow your path" in [e.text for e in doc.elements]
 
 
 def test_outlook_plain_text_mail_with_an_encoded_sender(parser: Parser) -> None:
@@ -84,14 +119,86 @@ def test_outlook_plain_text_mail_with_an_encoded_sender(parser: Parser) -> None:
     assert doc.elements[0].text == (
         "From: Mail Delivery Subsystem <mailer-daemon@tjdpf.org.cn>; To: yosipnps@model.com."
     )
+    # The bounced message rides along as an embedded message, stored without bytes:
+    # named, not opened.
+    assert doc.elements[1].text == "Attachments: default_attachment.eml."
     assert any("这是一个永久性的错误" in e.text for e in doc.elements)
 
 
 def test_outlook_message_with_a_message_attached(parser: Parser) -> None:
-    """Attachments are not ingested (as for EML): the outer message is what is read."""
+    """An embedded Outlook message (its own storage, no file bytes, no name) is not
+    opened: the outer message is what is read."""
     doc = parser.parse(_msg("outer.msg"))
     assert doc.title == "outer subject"
     assert [e.text for e in doc.elements] == ["To: outer@foo.bar.", "Outer body"]
+
+
+def test_mail_attachments_are_read_after_the_body(parser: Parser, bodies_only: Parser) -> None:
+    """A mail (composed here) carrying files that real writers made: odfpy's manual from
+    OpenOffice and a spreadsheet, a mail forwarded with its own attachment, a PGP
+    signature and bytes of no known format."""
+    manual = _odf("api-for-odfpy.odt")
+    forwarded = EmailMessage()
+    forwarded["Subject"] = "Pythagorean triples"
+    forwarded.set_content("The forwarded note says the table holds a triple.\n")
+    forwarded.add_attachment(b"A second-level attachment.\n", "text", "plain", filename="deep.txt")
+    mail = EmailMessage()
+    mail["Subject"] = "ODF reading for the team"
+    mail["From"] = "Ana <ana@example.org>"
+    mail["To"] = "team@example.org"
+    mail.set_content("Hello,\n\nthe manual and the sheet are attached.\n")
+    mail.add_attachment(
+        manual.read_bytes(), "application", "vnd.oasis.opendocument.text", filename=manual.name
+    )
+    mail.add_attachment(
+        _odf("pythagoras.ods").read_bytes(),
+        "application",
+        "vnd.oasis.opendocument.spreadsheet",
+        filename="pythagoras.ods",
+    )
+    mail.add_attachment(forwarded)
+    mail.add_attachment(bytes(range(256)) * 8, "application", "octet-stream", filename="blob.bin")
+    mail.add_attachment(
+        b"-----BEGIN PGP SIGNATURE-----\n\niQEzBAEBCAAdFiEE\n-----END PGP SIGNATURE-----\n",
+        "application",
+        "pgp-signature",
+        filename="signature.asc",
+    )
+    path = CACHE / "odf-reading.eml"
+    path.write_bytes(mail.as_bytes())
+
+    doc = parser.parse(path)
+    assert doc.mime == detect.EMAIL and doc.title == "ODF reading for the team"
+    texts = [e.text for e in doc.elements]
+    assert texts[:3] == [
+        "From: Ana <ana@example.org>; To: team@example.org.",
+        "Attachments: api-for-odfpy.odt, pythagoras.ods, Pythagorean triples, blob.bin.",
+        "Hello,",
+    ]
+    headings = [(e.text, e.level) for e in doc.elements if e.kind == "title"]
+    opened = [text for text, level in headings if level == 1]
+    assert opened == [
+        "Attachment: api-for-odfpy.odt",
+        "Attachment: pythagoras.ods",
+        "Attachment: Pythagorean triples",
+    ]
+    # The manual's own headings sit one level under its attachment heading.
+    start = headings.index(("Attachment: api-for-odfpy.odt", 1))
+    inside = headings[start + 1 : headings.index(("Attachment: pythagoras.ods", 1))]
+    assert len(inside) >= 500 and min(level or 0 for _, level in inside) == 2
+    assert len(doc.text.split()) >= 20_000
+    assert ("table", "3 4 5 7") in [(e.kind, e.text) for e in doc.elements]
+    # The forwarded mail is read, its own attachment only named; the signature and the
+    # unknown bytes are not text.
+    assert "Attachments: deep.txt." in texts
+    assert any("the table holds a triple" in t for t in texts)
+    assert not any("second-level attachment" in t for t in texts)
+    assert not any("PGP" in t for t in texts)
+    assert "Attachment: blob.bin" not in texts
+
+    plain = bodies_only.parse(path)
+    body = "the manual and the sheet are attached."
+    assert [e.text for e in plain.elements] == [*texts[:3], body]
 
 
 def test_openoffice_manual(parser: Parser) -> None:
