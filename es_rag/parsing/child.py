@@ -32,7 +32,6 @@ from es_rag.errors import (
     DocumentTooLargeError,
     EmptyDocumentError,
     EncryptedDocumentError,
-    InputError,
     ParseLimitError,
     UnsupportedFormatError,
 )
@@ -798,8 +797,10 @@ def _with_attachments(
             file.write_bytes(data)
             try:
                 parsed = _attachment(file, data, inner)
-            except InputError as exc:
-                log.info("attachment %r not read: %s", label, exc)
+            except ConfigurationError:
+                raise  # the installation's fault (a model missing): every file has it
+            except Exception as exc:  # an input error, or a parser choking on the bytes
+                log.info("attachment %r not read: %s: %s", label, type(exc).__name__, exc)
                 continue
             finally:
                 file.unlink()
