@@ -30,6 +30,7 @@ PDF = "application/pdf"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+XLS = "application/vnd.ms-excel"  # Excel 97-2003, read with xlrd as XLSX is
 CSV = "text/csv"
 TSV = "text/tab-separated-values"
 HTML = "text/html"
@@ -57,8 +58,8 @@ OLE = "application/x-ole-storage"
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
-    "PDF, DOCX, PPTX, XLSX, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, plain text, "
-    "EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
+    "PDF, DOCX, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
+    "plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
 )
 
 SNIFF_BYTES = 64 * 1024
@@ -318,6 +319,8 @@ def _ole_kind(path: Path) -> str:
         raise CorruptDocumentError(f"a damaged OLE container: {type(exc).__name__}: {exc}") from exc
     if encrypted:
         raise EncryptedDocumentError("a password-protected Office file; remove the password")
+    if getattr(office, "format", None) == "xls97":
+        return XLS
     raise UnsupportedFormatError(
-        "a legacy binary Office file (.doc/.xls/.ppt): save it as DOCX, XLSX or PPTX"
+        "a legacy binary Word or PowerPoint file (.doc/.ppt): save it as DOCX or PPTX"
     )

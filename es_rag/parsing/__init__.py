@@ -59,7 +59,7 @@ __all__ = [
 #    tables read as blocks; every main region of a page; Publican's chrome and blocks of
 #    linked images left out; Word code styles read
 # 6: a mail's attachments read after its body (ES_RAG_MAIL_ATTACHMENTS), and named in a
-#    line after its sender and recipients
+#    line after its sender and recipients; Excel 97-2003 (.xls) read
 ES_RAG_PARSING = "6"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
@@ -167,7 +167,7 @@ class Parser:
             raise EmptyDocumentError("empty document: no text to index (only whitespace)")
         parsed.elements = elements
         # A spreadsheet's first heading is its first sheet's name, not the workbook's title.
-        opening = elements if parsed.mime not in (detect.XLSX, detect.ODS) else []
+        opening = elements if parsed.mime not in (detect.XLSX, detect.XLS, detect.ODS) else []
         parsed.title = _title(parsed.title, opening) or path.stem
         return parsed
 

@@ -239,6 +239,21 @@ def _pptx(path: str, options: ParseOptions) -> ParsedFile:
     return ParsedFile(mime=detect.PPTX, elements=out, title=_ooxml_title(path), pages=len(slides))
 
 
+def _xls(path: str, options: ParseOptions) -> ParsedFile:
+    """Excel 97-2003: Unstructured's XLSX reader reads it too (pandas, with xlrd), a table
+    per sheet; the title from the file's summary information."""
+    import olefile
+
+    parsed = _xlsx(path, options)
+    try:
+        with olefile.OleFileIO(path) as ole:
+            title = ole.get_metadata().title
+    except Exception:  # no summary stream, or a damaged one: the sheets are what counts
+        title = None
+    text = title.decode("cp1252", "replace") if isinstance(title, bytes) else None
+    return replace(parsed, mime=detect.XLS, title=(text or "").strip() or None)
+
+
 def _xlsx(path: str, options: ParseOptions) -> ParsedFile:
     from unstructured.partition.xlsx import partition_xlsx
 
@@ -993,6 +1008,7 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.DOCX: _docx,
     detect.PPTX: _pptx,
     detect.XLSX: _xlsx,
+    detect.XLS: _xls,
     detect.ODT: _odt,
     detect.ODS: _ods,
     detect.ODP: _odp,

