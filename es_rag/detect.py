@@ -31,6 +31,7 @@ DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 XLS = "application/vnd.ms-excel"  # Excel 97-2003, read with xlrd as XLSX is
+DOC = "application/msword"  # Word 97-2003, read with antiword where it is installed
 CSV = "text/csv"
 TSV = "text/tab-separated-values"
 HTML = "text/html"
@@ -58,7 +59,7 @@ OLE = "application/x-ole-storage"
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
-    "PDF, DOCX, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
+    "PDF, DOCX, DOC, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
     "plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
 )
 
@@ -319,8 +320,7 @@ def _ole_kind(path: Path) -> str:
         raise CorruptDocumentError(f"a damaged OLE container: {type(exc).__name__}: {exc}") from exc
     if encrypted:
         raise EncryptedDocumentError("a password-protected Office file; remove the password")
-    if getattr(office, "format", None) == "xls97":
-        return XLS
-    raise UnsupportedFormatError(
-        "a legacy binary Word or PowerPoint file (.doc/.ppt): save it as DOCX or PPTX"
-    )
+    kind = getattr(office, "format", None)
+    if kind in ("xls97", "doc97"):
+        return XLS if kind == "xls97" else DOC
+    raise UnsupportedFormatError("a legacy binary PowerPoint file (.ppt): save it as PPTX")

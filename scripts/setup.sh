@@ -5,7 +5,7 @@
 #
 # - System packages (as root, with apt-get, only when missing): redis-server, unzip, maven,
 #   and for OCR tesseract-ocr with its Simplified/Traditional Chinese data (plus a CJK font
-#   the tests draw their Chinese scans with).
+#   the tests draw their Chinese scans with); antiword for Word 97-2003 files.
 # - A virtualenv at ${ES_RAG_VENV:-$HOME/.cache/es-rag/venv}, outside the checkout so that
 #   every clone reuses it (torch alone is several GB). Dependencies are (re)installed when
 #   pyproject.toml changes; the checkout itself is always re-installed in editable mode so
@@ -32,12 +32,14 @@ for lang in chi_sim chi_tra; do
         optional+=("tesseract-ocr-${lang/_/-}")
 done
 fc-list 2>/dev/null | grep -qi "wqy\|noto.*cjk" || optional+=(fonts-wqy-microhei)
+# Word 97-2003 (.doc) is read with antiword; without it a .doc is refused, saying so.
+command -v antiword >/dev/null || optional+=(antiword)
 # The Search UI page of the Elasticsearch-compatible surface is tested in headless Chromium.
 command -v chromium >/dev/null || optional+=(chromium)
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     missing+=("${optional[@]}")
 elif ((${#optional[@]})); then
-    log "warning: not installed: ${optional[*]} (OCR of scans and images needs tesseract-ocr)"
+    log "warning: not installed: ${optional[*]} (OCR of scans and images needs tesseract-ocr, .doc files antiword)"
 fi
 if ((${#missing[@]})); then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then

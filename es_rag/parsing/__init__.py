@@ -59,7 +59,7 @@ __all__ = [
 #    tables read as blocks; every main region of a page; Publican's chrome and blocks of
 #    linked images left out; Word code styles read
 # 6: a mail's attachments read after its body (ES_RAG_MAIL_ATTACHMENTS), and named in a
-#    line after its sender and recipients; Excel 97-2003 (.xls) read
+#    line after its sender and recipients; Excel and Word 97-2003 (.xls, .doc) read
 ES_RAG_PARSING = "6"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
@@ -67,7 +67,7 @@ INLINE = frozenset({detect.MARKDOWN})
 # Mail is missing on purpose: a message's body and each attachment are cleaned in the
 # child, each by its own type's rules (es_rag.parsing.child._with_attachments), so that an
 # attached Word file's declared headings are not guessed at again as a mail's would be.
-_GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.RTF, *detect.IMAGES})
+_GUESSED_TITLES = frozenset({detect.PDF, detect.TEXT, detect.RTF, detect.DOC, *detect.IMAGES})
 
 
 # Where a worker's shared parse server listens; set by its main process for its children.

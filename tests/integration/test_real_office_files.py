@@ -6,6 +6,7 @@ Python libraries ship in their source packages (nobody here wrote them):
   message carrying another as attachment);
 - odfpy 1.4.1: files made by OpenOffice, LibreOffice and KSpread, odfpy's own API manual
   among them (28,945 words, 576 headings), and one that declares an external entity;
+- oletools 0.60.2: Word, Excel and PowerPoint 97-2003 files, some password-protected;
 - Debian's r-cran-readxl: Excel workbooks saved twice, as .xls and as .xlsx.
 
 The source packages are fetched once with ``pip download --no-binary`` into
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from email.message import EmailMessage
 from pathlib import Path
@@ -29,6 +31,7 @@ import pytest
 
 from es_rag import detect
 from es_rag.config import Settings
+from es_rag.errors import EmptyDocumentError, EncryptedDocumentError, UnsupportedFormatError
 from es_rag.parsing import Parser
 from es_rag.structure_check import debian_package
 
@@ -44,7 +47,12 @@ def source_package(name: str, version: str) -> Path:
     if (root / ".unpacked").exists():
         return root
     CACHE.mkdir(parents=True, exist_ok=True)
-    found = list(CACHE.glob(f"{name.replace('-', '_')}-{version}.tar.gz"))
+
+    def archives() -> list[Path]:
+        stem = f"{name.replace('-', '_')}-{version}"
+        return list(CACHE.glob(f"{stem}.tar.gz")) + list(CACHE.glob(f"{name}-{version}.zip"))
+
+    found = archives()
     if not found:
         pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
         done = subprocess.run(
@@ -54,12 +62,16 @@ def source_package(name: str, version: str) -> Path:
             timeout=300,
             check=False,
         )
-        found = list(CACHE.glob(f"{name.replace('-', '_')}-{version}.tar.gz"))
+        found = archives()
         if done.returncode != 0 or not found:
             pytest.skip(f"pip could not download {name}=={version}: {done.stderr[-300:]}")
     root.mkdir(exist_ok=True)
-    with tarfile.open(found[0]) as archive:
-        archive.extractall(root, filter="data")
+    if found[0].suffix == ".zip":
+        with zipfile.ZipFile(found[0]) as zipped:
+            zipped.extractall(root)
+    else:
+        with tarfile.open(found[0]) as archive:
+            archive.extractall(root, filter="data")
     (root / ".unpacked").touch()
     return root
 
@@ -247,6 +259,55 @@ def test_excel_97_workbooks_read_as_their_xlsx_twins(parser: Parser) -> None:
     deaths = parser.parse(root / "deaths.xls")
     assert [e.text for e in deaths.elements if e.kind == "title"] == ["arts", "other"]
     assert any("David Bowie" in e.text for e in deaths.elements if e.kind == "table")
+
+
+def _oletools(name: str) -> Path:
+    return source_package("oletools", "0.60.2") / f"oletools-0.60.2/tests/test-data/{name}"
+
+
+@pytest.mark.skipif(shutil.which("antiword") is None, reason="antiword is not installed")
+def test_word_97_documents(parser: Parser) -> None:
+    """Word 97-2003 files that oletools tests its analysers on, saved by Word (German and
+    English, umlauts, fields, embedded objects): their text, a paragraph at a time."""
+    clean = parser.parse(_oletools("msodde/harmless-clean.doc"))
+    assert clean.mime == detect.DOC
+    assert [(e.kind, e.text) for e in clean.elements[:2]] == [
+        ("title", "Test"),
+        ("text", "This is a harmless test document."),
+    ]
+    assert any("ünicöde" in e.text for e in clean.elements)
+    dde = parser.parse(_oletools("msodde/dde-test-from-office2016.doc"))
+    assert dde.title == "This is a dde test file"  # its summary information
+    assert "Hope this works." in [e.text for e in dde.elements]
+    embedded = parser.parse(_oletools("oleobj/embedded-unicode.doc"))
+    assert not any("[pic]" in e.text for e in embedded.elements)  # antiword's placeholder
+    assert embedded.text.startswith("This file contains an embedded object")
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "says"),
+    [
+        ("encrypted/encrypted.doc", EncryptedDocumentError, "password"),
+        ("encrypted/encrypted.xls", EncryptedDocumentError, "password"),
+        ("encrypted/encrypted.ppt", EncryptedDocumentError, "password"),
+        ("oleobj/embedded-simple-2007.ppt", UnsupportedFormatError, "save it as PPTX"),
+        ("oleobj/sample_with_lnk_file.doc", EmptyDocumentError, "no text"),
+    ],
+)
+def test_legacy_office_files_that_are_refused(
+    parser: Parser, name: str, error: type[Exception], says: str
+) -> None:
+    if name.endswith(".doc") and shutil.which("antiword") is None:
+        pytest.skip("antiword is not installed")
+    with pytest.raises(error, match=says):
+        parser.parse(_oletools(name))
+
+
+def test_excel_97_from_oletools(parser: Parser) -> None:
+    """A German Excel 2007 workbook saved as .xls, with an embedded object."""
+    doc = parser.parse(_oletools("oleobj/embedded-simple-2007.xls"))
+    assert doc.mime == detect.XLS and doc.elements[0].text == "Tabelle1"
+    assert "This spreadsheet contains an embedded object" in doc.text
 
 
 def test_external_entity_is_not_read(parser: Parser) -> None:

@@ -416,13 +416,12 @@ def test_encrypted_docx_is_an_ole_container(office: dict[str, Path], tmp_path: P
         resolve(path, sniffed, max_unzipped_bytes=LIMIT)
 
 
-def test_legacy_doc_is_refused_as_unsupported(tmp_path: Path) -> None:
-    path = tmp_path / "old.doc"
+def test_legacy_doc_is_word_97(tmp_path: Path) -> None:
+    """Word 97-2003 is read (with antiword); whatever the file is called."""
+    path = tmp_path / "old.xls"
     path.write_bytes(_ole({"WordDocument": _word_fib(encrypted=False)}))
     assert sniff(path.read_bytes()[:512], name=path.name) == detect.OLE
-    with pytest.raises(UnsupportedFormatError, match="legacy") as info:
-        resolve(path, detect.OLE, max_unzipped_bytes=LIMIT)
-    assert not isinstance(info.value, EncryptedDocumentError)
+    assert resolve(path, detect.OLE, max_unzipped_bytes=LIMIT) == detect.DOC
 
 
 def test_password_protected_legacy_doc_is_encrypted(tmp_path: Path) -> None:
