@@ -2,12 +2,14 @@
 
 Per format (Unstructured 0.27): PDF with a text layer uses the ``fast`` strategy; a PDF
 without one, and images, are OCRed (es_rag.parsing.ocr); DOCX, PPTX (speaker notes kept,
-after their slide), XLSX (a table per sheet, headed by the sheet's name), CSV/TSV and HTML
-(navigation, sidebars, footers, tables of contents and permalinks of documentation sites
-left out, layout tables read as blocks) use their Unstructured partitioners; Markdown and
-plain text are grouped by es-rag; EML (the standard library's parser) and Outlook's MSG
+after their slide), XLSX and XLS (a table per sheet, headed by the sheet's name), CSV/TSV
+and HTML (navigation, sidebars, footers, tables of contents and permalinks of
+documentation sites left out, layout tables read as blocks) use their Unstructured
+partitioners; Markdown and plain text are grouped by es-rag, and so is the text antiword
+finds in a Word 97-2003 file; EML (the standard library's parser) and Outlook's MSG
 (python-oxmsg) send their body through the HTML or the plain-text path, with the subject
-as title and the sender and recipients kept; OpenDocument and EPUB (which Unstructured
+as title and the sender and recipients kept, then read their attachments as files (one
+level deep); OpenDocument and EPUB (which Unstructured
 reads only through pandoc) are turned into HTML by es-rag (es_rag.parsing.opendoc,
 es_rag.parsing.epub) and read by the HTML partitioner. The warm-ups run
 in the sandbox's server before it forks, so that children share the loaded libraries.
