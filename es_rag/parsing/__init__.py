@@ -137,8 +137,6 @@ class Parser:
 
     def parse(self, path: str | Path) -> ParsedFile:
         """The file's cleaned elements; raises an ``InputError`` subclass on bad input."""
-        from es_rag.cleaning import clean
-
         path = Path(path)
         mime = self.sniff(path)
         parsed: ParsedFile
@@ -157,12 +155,7 @@ class Parser:
                 warm=f"es_rag.parsing.child:warm_{_family(mime)}",
             )
             parsed.stats = dataclasses.asdict(self.sandbox.last)
-        elements = clean(
-            parsed.elements,
-            layout=parsed.mime in _LAYOUT or parsed.ocr,
-            guessed_titles=parsed.mime in _GUESSED_TITLES or parsed.ocr,
-            outline=parsed.outline,
-        )
+        elements = cleaned(parsed)
         if not any(e.text.strip() for e in elements):
             raise EmptyDocumentError("empty document: no text to index (only whitespace)")
         parsed.elements = elements
@@ -227,6 +220,19 @@ def file_problem(path: Path) -> str | None:
     if not stat.S_ISREG(mode):
         return "not a regular file (a device, socket or pipe)"
     return None
+
+
+def cleaned(parsed: ParsedFile) -> list[Element]:
+    """A parsed file's elements cleaned by its type's rules (es_rag.cleaning.clean): a
+    file's, and a mail attachment's in the child (es_rag.parsing.child._attachment)."""
+    from es_rag.cleaning import clean
+
+    return clean(
+        parsed.elements,
+        layout=parsed.mime in _LAYOUT or parsed.ocr,
+        guessed_titles=parsed.mime in _GUESSED_TITLES or parsed.ocr,
+        outline=parsed.outline,
+    )
 
 
 def _family(mime: str) -> str:

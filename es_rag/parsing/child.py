@@ -863,16 +863,10 @@ def _with_attachments(
 
 def _attachment(file: Path, data: bytes, options: ParseOptions) -> list[Element]:
     """One attachment's cleaned elements, as ``Parser.parse`` reads a file."""
-    from es_rag.parsing import _GUESSED_TITLES, _LAYOUT
+    from es_rag.parsing import cleaned
 
     mime = detect.sniff(data[: detect.SNIFF_BYTES], name=file.name, size=len(data))
-    parsed = partition_file(str(file), mime, options)
-    elements = clean(
-        parsed.elements,
-        layout=parsed.mime in _LAYOUT or parsed.ocr,
-        guessed_titles=parsed.mime in _GUESSED_TITLES or parsed.ocr,
-        outline=parsed.outline,
-    )
+    elements = cleaned(partition_file(str(file), mime, options))
     if not any(e.text.strip() for e in elements):
         raise EmptyDocumentError("no text")
     return elements
