@@ -699,7 +699,7 @@ def _email(path: str, options: ParseOptions) -> ParsedFile:
             for label, name in (("From", "from"), ("To", "to"), ("Cc", "cc"))
         ]
         attachments = [
-            (a.get_filename() or _subject(a), _attachment_bytes(a))
+            _attachment_of(a)
             for a in msg.iter_attachments()
             if a.get_content_type() not in _NOT_CONTENT
         ]
@@ -713,23 +713,19 @@ def _email(path: str, options: ParseOptions) -> ParsedFile:
     return ParsedFile(mime=detect.EMAIL, elements=elements, title=subject or None)
 
 
-def _subject(part: Any) -> str | None:
-    """An attached message's subject: its name when it has no file name."""
-    if part.get_content_type() != "message/rfc822":
-        return None
+def _attachment_of(part: Any) -> tuple[str | None, bytes | None]:
+    """An attachment's name and decoded bytes; an attached message is the message it
+    is, named by its subject when it has no file name (its content parsed once)."""
+    name = part.get_filename()
+    if part.get_content_maintype() != "message":
+        data = part.get_payload(decode=True)
+        return name, data if isinstance(data, bytes) else None
     inner = part.get_content()
-    if not hasattr(inner, "get"):
-        return None
-    return str(inner.get("subject") or "").strip() or None
-
-
-def _attachment_bytes(part: Any) -> bytes | None:
-    """An attachment's decoded bytes; an attached message as the message it is."""
-    if part.get_content_maintype() == "message":
-        inner = part.get_content()
-        return inner.as_bytes() if hasattr(inner, "as_bytes") else None
-    data = part.get_payload(decode=True)
-    return data if isinstance(data, bytes) else None
+    if not hasattr(inner, "as_bytes"):
+        return name, None
+    if name is None and part.get_content_type() == "message/rfc822":
+        name = str(inner.get("subject") or "").strip() or None
+    return name, inner.as_bytes()
 
 
 def _mail_text(part: Any) -> str:
