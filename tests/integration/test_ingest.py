@@ -162,8 +162,7 @@ def test_a_version_written_a_moment_ago_is_replaced_whole(
     settings = make_settings(chunk_size=40, chunk_overlap=5)
     ingestor = ingestor_for(settings)
     unpublished(engine, ingestor)
-    wide = make_acl("acme", allow=["group:support"])
-    first = ingestor.ingest(Document(doc_id="memo", text=long_text("one", 12), acl=wide))
+    first = ingestor.ingest(Document(doc_id="memo", text=long_text("one", 12), acl=ACL))
     second = ingestor.ingest(Document(doc_id="memo", text=long_text("two", 5), acl=ACL_OPS))
     assert first.status == second.status == "indexed"
     assert second.deleted == first.chunks + first.parents
