@@ -18,6 +18,7 @@ import re
 import zipfile
 from pathlib import Path
 
+from es_rag.asciidoc import looks_like_asciidoc
 from es_rag.errors import (
     CorruptDocumentError,
     DocumentTooLargeError,
@@ -36,6 +37,7 @@ CSV = "text/csv"
 TSV = "text/tab-separated-values"
 HTML = "text/html"
 MARKDOWN = "text/markdown"
+ASCIIDOC = "text/asciidoc"
 TEXT = "text/plain"
 EMAIL = "message/rfc822"
 RTF = "application/rtf"
@@ -57,14 +59,16 @@ ZIP = "application/zip"
 OLE = "application/x-ole-storage"
 
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
-TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, TEXT, EMAIL, XML})
+TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
     "PDF, DOCX, DOC, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
-    "plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
+    "AsciiDoc, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
 )
 
 SNIFF_BYTES = 64 * 1024
 _MD_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
+# Not ".asc": that is as often an ASCII-armoured signature or key.
+_ADOC_SUFFIXES = {".adoc", ".asciidoc"}
 _HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 # Formats that declare their own charset: the parser decodes them, not us.
 _DECLARED_CHARSET = {".html", ".htm", ".xhtml", ".eml", ".xml", ".fodt", ".fods", ".fodp"}
@@ -120,6 +124,9 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
         return XML
     if suffix == ".eml" or _looks_like_mail(text):
         return EMAIL
+    if suffix in _ADOC_SUFFIXES or (suffix not in _MD_SUFFIXES and looks_like_asciidoc(text)):
+        # Git's manual pages and many others are AsciiDoc named .txt.
+        return ASCIIDOC
     if suffix in _MD_SUFFIXES or (suffix not in {".txt", ".text"} and _MD_SIGNS.search(text)):
         return MARKDOWN
     return TEXT

@@ -60,10 +60,11 @@ __all__ = [
 #    linked images left out; Word code styles read
 # 6: a mail's attachments read after its body (ES_RAG_MAIL_ATTACHMENTS), and named in a
 #    line after its sender and recipients; Excel and Word 97-2003 (.xls, .doc) read
-ES_RAG_PARSING = "6"
+# 7: AsciiDoc read for its structure (es_rag.asciidoc), also in files named .txt
+ES_RAG_PARSING = "7"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
-INLINE = frozenset({detect.MARKDOWN})
+INLINE = frozenset({detect.MARKDOWN, detect.ASCIIDOC})
 # Mail is missing on purpose: a message's body and each attachment are cleaned in the
 # child, each by its own type's rules (es_rag.parsing.child._with_attachments), so that an
 # attached Word file's declared headings are not guessed at again as a mail's would be.

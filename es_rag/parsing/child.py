@@ -617,6 +617,16 @@ def _markdown(path: str, options: ParseOptions) -> ParsedFile:
     return ParsedFile(mime=detect.MARKDOWN, elements=text_elements(text))
 
 
+def _asciidoc(path: str, options: ParseOptions) -> ParsedFile:
+    """AsciiDoc as the Markdown it means (es_rag.asciidoc), then read as Markdown is: as
+    cheap, and run without a child likewise."""
+    from es_rag.asciidoc import to_markdown
+    from es_rag.markdown import text_elements
+
+    text, _ = _decoded(path)
+    return ParsedFile(mime=detect.ASCIIDOC, elements=text_elements(to_markdown(text)))
+
+
 def _text(path: str, options: ParseOptions) -> ParsedFile:
     """Paragraphs found by es-rag (es_rag.parsing.common.paragraphs), each classified by
     Unstructured's rules for text (title, list item, prose); code blocks kept whole,
@@ -1043,6 +1053,7 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.TSV: _csv,
     detect.HTML: _html,
     detect.MARKDOWN: _markdown,
+    detect.ASCIIDOC: _asciidoc,
     detect.TEXT: _text,
     detect.RTF: _rtf,
     detect.EMAIL: _email,
