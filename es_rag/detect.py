@@ -26,6 +26,7 @@ from es_rag.errors import (
     EncryptedDocumentError,
     UnsupportedFormatError,
 )
+from es_rag.rst import looks_like_rst
 
 PDF = "application/pdf"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -38,6 +39,7 @@ TSV = "text/tab-separated-values"
 HTML = "text/html"
 MARKDOWN = "text/markdown"
 ASCIIDOC = "text/asciidoc"
+RST = "text/x-rst"
 TEXT = "text/plain"
 EMAIL = "message/rfc822"
 RTF = "application/rtf"
@@ -59,16 +61,17 @@ ZIP = "application/zip"
 OLE = "application/x-ole-storage"
 
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
-TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, TEXT, EMAIL, XML})
+TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, RST, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
     "PDF, DOCX, DOC, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
-    "AsciiDoc, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
+    "AsciiDoc, reStructuredText, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
 )
 
 SNIFF_BYTES = 64 * 1024
 _MD_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
 # Not ".asc": that is as often an ASCII-armoured signature or key.
 _ADOC_SUFFIXES = {".adoc", ".asciidoc"}
+_RST_SUFFIXES = {".rst", ".rest"}
 _HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 # Formats that declare their own charset: the parser decodes them, not us.
 _DECLARED_CHARSET = {".html", ".htm", ".xhtml", ".eml", ".xml", ".fodt", ".fods", ".fodp"}
@@ -127,6 +130,9 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
     if suffix in _ADOC_SUFFIXES or (suffix not in _MD_SUFFIXES and looks_like_asciidoc(text)):
         # Git's manual pages and many others are AsciiDoc named .txt.
         return ASCIIDOC
+    rst_name = suffix in _RST_SUFFIXES or name.lower().endswith(".rst.txt")  # Sphinx's copies
+    if rst_name or (suffix not in _MD_SUFFIXES and looks_like_rst(text)):
+        return RST
     if suffix in _MD_SUFFIXES or (suffix not in {".txt", ".text"} and _MD_SIGNS.search(text)):
         return MARKDOWN
     return TEXT

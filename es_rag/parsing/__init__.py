@@ -60,7 +60,8 @@ __all__ = [
 #    linked images left out; Word code styles read
 # 6: a mail's attachments read after its body (ES_RAG_MAIL_ATTACHMENTS), and named in a
 #    line after its sender and recipients; Excel and Word 97-2003 (.xls, .doc) read
-# 7: AsciiDoc read for its structure (es_rag.asciidoc), also in files named .txt
+# 7: AsciiDoc (es_rag.asciidoc) and reStructuredText (es_rag.rst) read for their
+#    structure, also in files named .txt
 ES_RAG_PARSING = "7"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.

@@ -627,6 +627,22 @@ def _asciidoc(path: str, options: ParseOptions) -> ParsedFile:
     return ParsedFile(mime=detect.ASCIIDOC, elements=text_elements(to_markdown(text)))
 
 
+def _rst(path: str, options: ParseOptions) -> ParsedFile:
+    """reStructuredText through docutils (es_rag.rst). In the child, unlike Markdown and
+    AsciiDoc: docutils is a full parser, recursive in the nesting of its blocks, and its
+    time and memory on hostile input are the child's limits' to bound."""
+    from es_rag.rst import text_elements
+
+    text, _ = _decoded(path)
+    try:
+        elements = text_elements(text)
+    except RecursionError:
+        raise ParseLimitError(
+            "the text nests its blocks deeper than docutils reads", limit="depth"
+        ) from None
+    return ParsedFile(mime=detect.RST, elements=elements)
+
+
 def _text(path: str, options: ParseOptions) -> ParsedFile:
     """Paragraphs found by es-rag (es_rag.parsing.common.paragraphs), each classified by
     Unstructured's rules for text (title, list item, prose); code blocks kept whole,
@@ -1054,6 +1070,7 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.HTML: _html,
     detect.MARKDOWN: _markdown,
     detect.ASCIIDOC: _asciidoc,
+    detect.RST: _rst,
     detect.TEXT: _text,
     detect.RTF: _rtf,
     detect.EMAIL: _email,
