@@ -3,9 +3,12 @@ directives and roles read for what they show."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from es_rag import detect
+from es_rag.errors import ParseLimitError
 from es_rag.rst import looks_like_rst, text_elements
 
 pytestmark = pytest.mark.unit
@@ -161,3 +164,16 @@ def test_detection(text: str, name: str, expected: str) -> None:
 def test_two_kinds_of_signs_make_rst() -> None:
     assert looks_like_rst(".. note::\n\n   Use :func:`open`.\n")
     assert not looks_like_rst("Use :func:`open`.\n")
+
+
+def test_nesting_past_the_parser_is_a_clear_error(tmp_path: Path) -> None:
+    # docutils recurses once per nested block: past Python's stack it is a refusal that
+    # names the limit, not a crash of the parse.
+    from es_rag.parsing import ParseOptions
+    from es_rag.parsing.child import partition_file
+
+    path = tmp_path / "deep.rst"
+    path.write_text("\n".join("  " * i + f"* item {i}\n" for i in range(2000)))
+    with pytest.raises(ParseLimitError) as caught:
+        partition_file(str(path), detect.RST, ParseOptions())
+    assert caught.value.limit == "depth"
