@@ -168,6 +168,12 @@ def _table(tokens: Sequence[Token]) -> Element:
             rows.append([])
         elif tok.type == "inline" and rows:
             rows[-1].append(tok.content.strip().replace("\\|", "|"))
+    return table_element(rows)
+
+
+def table_element(rows: list[list[str]]) -> Element:
+    """A table's rows as text for the chunker, and as HTML rows for its table splitter
+    (es_rag.rst's tables too)."""
     cells = "".join(
         "<tr>" + "".join(f"<td>{html_lib.escape(c)}</td>" for c in row) + "</tr>" for row in rows
     )

@@ -19,12 +19,11 @@ are never read from a document: ``include`` and ``raw`` with a file are refused,
 
 from __future__ import annotations
 
-import html as html_lib
 import io
 import re
 from collections import defaultdict
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from es_rag.types import Element
 
@@ -229,20 +228,15 @@ def _terms(node: nodes.Element, out: list[Element], depth: int) -> None:
 
 
 def _table(node: nodes.Element) -> Element:
-    """Rows as text for the chunker, and as HTML rows for the table splitter."""
     from docutils import nodes
 
-    rows = [
-        [" ".join(entry.astext().split()) for entry in row.findall(nodes.entry)]
-        for row in node.findall(nodes.row)
-    ]
-    cells = "".join(
-        "<tr>" + "".join(f"<td>{html_lib.escape(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return Element(
-        kind="table",
-        text="\n".join(" ".join(r).strip() for r in rows),
-        html=f"<table>{cells}</table>",
+    from es_rag.markdown import table_element
+
+    return table_element(
+        [
+            [" ".join(entry.astext().split()) for entry in row.findall(nodes.entry)]
+            for row in node.findall(nodes.row)
+        ]
     )
 
 
@@ -267,23 +261,23 @@ def _register() -> None:
     from docutils import nodes
     from docutils.parsers.rst import Directive, directives
 
-    options: Any = defaultdict(lambda: directives.unchanged)
+    class Lenient(Directive):
+        """Any argument, any option, any content: Sphinx's, whatever its version."""
 
-    class Code(Directive):
         optional_arguments = 1
         final_argument_whitespace = True
         has_content = True
-        option_spec = options
+        option_spec: ClassVar[Any] = defaultdict(lambda: directives.unchanged)
 
+        def nested(self, holder: nodes.Element) -> list[nodes.Node]:
+            self.state.nested_parse(self.content, self.content_offset, holder)
+            return [holder]
+
+    class Code(Lenient):
         def run(self) -> list[nodes.Node]:
             return [nodes.literal_block(text="\n".join(self.content))]
 
-    class Content(Directive):
-        optional_arguments = 1
-        final_argument_whitespace = True
-        has_content = True
-        option_spec = options
-
+    class Content(Lenient):
         def run(self) -> list[nodes.Node]:
             holder = nodes.container()
             label = _LABELS.get(self.name)
@@ -291,29 +285,17 @@ def _register() -> None:
                 holder += nodes.paragraph(text=f"{label} {self.arguments[0]}".rstrip(".") + ".")
             elif self.arguments:
                 holder += nodes.paragraph(text=self.arguments[0])
-            self.state.nested_parse(self.content, self.content_offset, holder)
-            return [holder]
+            return self.nested(holder)
 
-    class Description(Directive):
-        optional_arguments = 1
-        final_argument_whitespace = True
-        has_content = True
-        option_spec = options
-
+    class Description(Lenient):
         def run(self) -> list[nodes.Node]:
             holder = nodes.container()
             for signature in (self.arguments[0] if self.arguments else "").split("\n"):
                 if signature.strip():
                     holder += nodes.paragraph(text=signature.strip())
-            self.state.nested_parse(self.content, self.content_offset, holder)
-            return [holder]
+            return self.nested(holder)
 
-    class Dropped(Directive):
-        optional_arguments = 1
-        final_argument_whitespace = True
-        has_content = True
-        option_spec = options
-
+    class Dropped(Lenient):
         def run(self) -> list[nodes.Node]:
             return []
 

@@ -80,6 +80,19 @@ def _parse(parser: Parser, path: Path) -> ParsedFile:
     return _PARSED[path]
 
 
+def _public(path: Path, parsed: ParsedFile) -> Document:
+    """The parsed file as a document every caller of tenant "t" may read."""
+    return Document(
+        doc_id=str(path),
+        text="",
+        acl=AccessControl(tenant_id="t", visibility="public"),
+        title=parsed.title,
+        source_uri=path.as_uri(),
+        mime_type=parsed.mime,
+        elements=tuple(parsed.elements),
+    )
+
+
 def _pdf(parser: Parser, package: str, inner: str) -> tuple[StructureReport, list[Chunk]]:
     path = debian_package((package,), CACHE) / inner
     parsed = _parse(parser, path)
@@ -184,18 +197,7 @@ def test_table_of_contents_is_stored_but_not_searched(
     path = debian_package(("auto-multiple-choice-doc-pdf",), CACHE) / AMC_EN
     parsed = _parse(parser, path)  # the parser's own output for the file, parsed once
     settings = make_settings(chunk_size=200, chunk_overlap=30)
-    ingestor = ingestor_for(settings)
-    acl = AccessControl(tenant_id="t", visibility="public")
-    document = Document(
-        doc_id=str(path),
-        text="",
-        acl=acl,
-        title=parsed.title,
-        source_uri=path.as_uri(),
-        mime_type=parsed.mime,
-        elements=tuple(parsed.elements),
-    )
-    result = ingestor.ingest(document)
+    result = ingestor_for(settings).ingest(_public(path, parsed))
     assert result.status == "indexed", result
     engine.refresh(settings.index)
     searcher = searcher_for(settings)
@@ -268,17 +270,7 @@ def test_asciidoc_question_and_answer_found_together(
     path = debian_package(("git-doc",), CACHE) / GIT_DOC / "gitfaq.txt"
     parsed = parser.parse(path)
     settings = make_settings()
-    ingestor = ingestor_for(settings)
-    document = Document(
-        doc_id=path.name,
-        text="",
-        acl=AccessControl(tenant_id="t", visibility="public"),
-        title=parsed.title,
-        source_uri=path.as_uri(),
-        mime_type=parsed.mime,
-        elements=tuple(parsed.elements),
-    )
-    assert ingestor.ingest(document).status == "indexed"
+    assert ingestor_for(settings).ingest(_public(path, parsed)).status == "indexed"
     engine.refresh(settings.index)
     hits = (
         searcher_for(settings)
