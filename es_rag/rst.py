@@ -150,7 +150,7 @@ def _walk(parent: nodes.Element, out: list[Element], depth: int) -> None:
         elif isinstance(
             node,
             (nodes.comment, nodes.target, nodes.substitution_definition, nodes.raw,
-             nodes.pending, nodes.image, nodes.transition),
+             nodes.pending, nodes.image, nodes.transition, nodes.label),
         ):  # fmt: skip
             continue
         elif isinstance(node, nodes.Element):
