@@ -160,13 +160,12 @@ def _walk(parent: nodes.Element, out: list[Element], depth: int) -> None:
 
 
 def _text(node: nodes.Node) -> str:
-    return " ".join(node.astext().split()) if not _keeps_lines(node) else node.astext().strip()
-
-
-def _keeps_lines(node: nodes.Node) -> bool:
+    """The node's words on one line; a line block (verse, an address) keeps its lines."""
     from docutils import nodes
 
-    return isinstance(node, nodes.line_block)
+    if isinstance(node, nodes.line_block):
+        return node.astext().strip()
+    return " ".join(node.astext().split())
 
 
 def _list(node: nodes.Element, out: list[Element], level: int) -> None:

@@ -280,3 +280,46 @@ def debian_package(candidates: Sequence[str], cache: Path) -> Path:
         (root / ".unpacked").touch()
         return root
     raise FileNotFoundError(f"none of {', '.join(candidates)} could be downloaded with apt-get")
+
+
+# --- markup sources beside the HTML made of them (AsciiDoc, reStructuredText) -------------
+# A heading that is markup: an anchor, an attribute entry or reference, a block attribute
+# line, a labelled-list term; a directive or a role.
+MARKUP_TITLE = re.compile(r"\[\[|\{\w[\w-]*\}|^:\w|::|^\[|^\.\. |:\w+:`")
+_INCLUDE = re.compile(rb"^(?:\.\. )?include::", re.M)
+
+
+def beside_html(root: Path) -> list[tuple[Path, Path]]:
+    """AsciiDoc's layout: ``x.txt`` or ``x.adoc`` and the ``x.html`` made of it."""
+    sources = sorted(p for p in root.rglob("*") if p.suffix in {".txt", ".adoc"})
+    return [(s, s.with_suffix(".html")) for s in sources]
+
+
+def sphinx_sources(root: Path) -> list[tuple[Path, Path]]:
+    """A Sphinx site: ``_sources/<page>.rst.txt`` and ``<page>.html``."""
+    sources = sorted((root / "_sources").rglob("*.rst.txt"))
+    pages = [root / s.relative_to(root / "_sources") for s in sources]
+    return [
+        (s, p.with_name(p.name.replace(".rst.txt", ".html")))
+        for s, p in zip(sources, pages, strict=True)
+    ]
+
+
+def read_alone(pairs: Sequence[tuple[Path, Path]], mime: str) -> list[tuple[Path, Path]]:
+    """The pairs whose source es-rag reads as ``mime``, whose HTML exists, and that include
+    no other file (es-rag reads a file alone: the HTML would hold what it leaves out)."""
+    from es_rag import detect
+
+    kept = []
+    for source, html in pairs:
+        data = source.read_bytes()
+        sniffed = detect.sniff(data[: detect.SNIFF_BYTES], name=source.name, size=len(data))
+        if sniffed == mime and html.exists() and not _INCLUDE.search(data):
+            kept.append((source, html))
+    return kept
+
+
+def html_heading_keys(html: Path) -> list[str]:
+    """The page's headings as keys (es_rag.headings.heading_key), AsciiDoc's manual-page
+    suffix ("git-add(1) Manual Page") left out."""
+    return [heading_key(re.sub(r" Manual Page$", "", h)) for h in html_headings(html.read_bytes())]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 
 from es_rag import detect
@@ -30,25 +29,17 @@ from es_rag.errors import InputError
 from es_rag.headings import heading_key
 from es_rag.parsing import Parser, cleaned
 from es_rag.parsing.child import partition_file
-from es_rag.structure_check import debian_package, html_headings
+from es_rag.structure_check import (
+    MARKUP_TITLE,
+    beside_html,
+    debian_package,
+    html_heading_keys,
+    read_alone,
+    sphinx_sources,
+)
 
-_MARKUP = re.compile(r"\[\[|\{\w[\w-]*\}|^:\w|::|^\[|^\.\. |:\w+:`")
 PYTHON_DOC = ("python3.11-doc", "python3.13-doc", "python3.12-doc")
 DEBIAN = Path(os.environ.get("ES_RAG_DEBIAN_DOCS", Path.home() / ".cache/es-rag/debian-docs"))
-
-
-def _beside(root: Path) -> list[tuple[Path, Path]]:
-    sources = sorted(p for p in root.rglob("*") if p.suffix in {".txt", ".adoc"})
-    return [(s, s.with_suffix(".html")) for s in sources]
-
-
-def _sphinx(root: Path) -> list[tuple[Path, Path]]:
-    sources = sorted((root / "_sources").rglob("*.rst.txt"))
-    pages = [root / s.relative_to(root / "_sources") for s in sources]
-    return [
-        (s, p.with_name(p.name.replace(".rst.txt", ".html")))
-        for s, p in zip(sources, pages, strict=True)
-    ]
 
 
 def main() -> None:
@@ -58,13 +49,13 @@ def main() -> None:
     ap.add_argument("--details", action="store_true", help="list the pages that differ")
     args = ap.parse_args()
     if args.format == "rst":
-        pairs = _sphinx(
+        pairs = sphinx_sources(
             args.folder
             or next(debian_package(PYTHON_DOC, DEBIAN).glob("usr/share/doc/python3.*/html"))
         )
         mime = detect.RST
     else:
-        pairs = _beside(
+        pairs = beside_html(
             args.folder or debian_package(("git-doc",), DEBIAN) / "usr/share/doc/git-doc"
         )
         mime = detect.ASCIIDOC
@@ -73,17 +64,8 @@ def main() -> None:
     differ: list[str] = []
     refused: list[str] = []
     try:
-        for source, html in pairs:
-            data = source.read_bytes()
-            sniffed = detect.sniff(data[: detect.SNIFF_BYTES], name=source.name, size=len(data))
-            if sniffed != mime or not html.exists():
-                continue
-            if re.search(rb"^(?:\.\. )?include::", data, re.M):
-                continue
-            theirs = [
-                heading_key(re.sub(r" Manual Page$", "", h))
-                for h in html_headings(html.read_bytes())
-            ]
+        for source, html in read_alone(pairs, mime):
+            theirs = html_heading_keys(html)
             try:
                 ours = [e.text for e in parser.parse(source).elements if e.kind == "title"]
             except InputError as exc:  # a page of nothing but a toctree, say
@@ -97,8 +79,8 @@ def main() -> None:
             else:
                 differ.append(str(source))
             same_as_text += [heading_key(t) for t in before] == theirs
-            markup += sum(bool(_MARKUP.search(t)) for t in ours)
-            markup_as_text += sum(bool(_MARKUP.search(t)) for t in before)
+            markup += sum(bool(MARKUP_TITLE.search(t)) for t in ours)
+            markup_as_text += sum(bool(MARKUP_TITLE.search(t)) for t in before)
     finally:
         parser.close()
     result = {

@@ -22,7 +22,6 @@ and checks that its table of contents is stored but left out of search.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -38,12 +37,17 @@ from es_rag.parsing import ParsedFile, Parser
 from es_rag.pipeline import Ingestor
 from es_rag.query.search import Searcher
 from es_rag.structure_check import (
+    MARKUP_TITLE,
     StructureReport,
+    beside_html,
     debian_package,
+    html_heading_keys,
     html_headings,
     html_report,
     pdf_report,
     pdf_text,
+    read_alone,
+    sphinx_sources,
 )
 from es_rag.types import AccessControl, Chunk, Document
 
@@ -219,38 +223,21 @@ def test_table_of_contents_is_stored_but_not_searched(
 GIT_DOC = "usr/share/doc/git-doc"
 
 
-def _asciidoc_pages() -> list[tuple[Path, Path]]:
-    """Git's AsciiDoc sources (named .txt) that have their HTML rendering beside them and
-    include no other file (es-rag reads a file alone: ``include::`` is not followed)."""
-    root = debian_package(("git-doc",), CACHE) / GIT_DOC
-    pages = []
-    for source in sorted(root.rglob("*.txt")):
-        data = source.read_bytes()
-        html = source.with_suffix(".html")
-        sniffed = detect.sniff(data[: detect.SNIFF_BYTES], name=source.name, size=len(data))
-        if (
-            sniffed == detect.ASCIIDOC
-            and html.exists()
-            and not re.search(rb"^include::", data, re.M)
-        ):
-            pages.append((source, html))
-    return pages
-
-
 def test_asciidoc_pages_have_the_headings_of_their_html(parser: Parser) -> None:
     """Each page's headings, in order, against those of the HTML that AsciiDoc made of the
     same source (read with lxml, not with es-rag's HTML reader). Read as plain text before,
     anchors and attribute entries were headings and "=== Title" was not."""
-    pages = _asciidoc_pages()
+    # Git's sources that include no other file (es-rag reads a file alone).
+    root = debian_package(("git-doc",), CACHE) / GIT_DOC
+    pages = read_alone(beside_html(root), detect.ASCIIDOC)
     assert len(pages) >= 100, "git-doc's AsciiDoc sources were not found"
     same, markup = 0, []
     for source, html in pages:
         parsed = parser.parse(source)
         assert parsed.mime == detect.ASCIIDOC
         titles = [e.text for e in parsed.elements if e.kind == "title"]
-        markup += [t for t in titles if re.search(r"\[\[|\{\w[\w-]*\}|^:\w|::$|^\[", t)]
-        theirs = [re.sub(r" Manual Page$", "", h) for h in html_headings(html.read_bytes())]
-        same += [heading_key(t) for t in titles] == [heading_key(h) for h in theirs]
+        markup += [t for t in titles if MARKUP_TITLE.search(t)]
+        same += [heading_key(t) for t in titles] == html_heading_keys(html)
     assert not markup
     # 124 of 131 on git-doc 2.39: the others lose a heading that looks like code
     # ("browser.<tool>.path"), as a Markdown file's would, or one the source indents.
@@ -294,16 +281,15 @@ def test_rst_sources_have_the_headings_of_their_sphinx_html(parser: Parser) -> N
     text before, none matched: ``.. versionadded::`` and ``.. code-block::`` were headings,
     and sections underlined with ``^`` or ``*`` were not."""
     root = next(debian_package(PYTHON_DOC, CACHE).glob("usr/share/doc/python3.*/html"))
-    sources = sorted((root / "_sources/library").glob("*.rst.txt"))[:80]
+    library = [p for p in sphinx_sources(root) if p[0].parent.name == "library"][:80]
+    sources = [source for source, _ in library]
     same, markup = 0, []
-    for source in sources:
+    for source, html in library:
         parsed = parser.parse(source)
         assert parsed.mime == detect.RST, source
         titles = [e.text for e in parsed.elements if e.kind == "title"]
-        markup += [t for t in titles if re.search(r"^\.\. |::|:\w+:`", t)]
-        html = root / "library" / source.name.replace(".rst.txt", ".html")
-        theirs = [heading_key(h) for h in html_headings(html.read_bytes())]
-        same += [heading_key(t) for t in titles] == theirs
+        markup += [t for t in titles if MARKUP_TITLE.search(t)]
+        same += [heading_key(t) for t in titles] == html_heading_keys(html)
     assert not markup
     # 78 of the first 80 on Python 3.11's: the others lose a heading written as code
     # (``import __main__``), as a Markdown file's would.
