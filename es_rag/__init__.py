@@ -24,6 +24,7 @@ _EXPORTS = {
     "make_acl": "es_rag.acl",
     "make_caller": "es_rag.acl",
     "EsRagError": "es_rag.errors",
+    "WalkFilter": "es_rag.files",
 }
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "SearchResponse",
     "Searcher",
     "Settings",
+    "WalkFilter",
     "__version__",
     "make_acl",
     "make_caller",
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from es_rag.acl import make_acl, make_caller
     from es_rag.config import Settings
     from es_rag.errors import EsRagError
+    from es_rag.files import WalkFilter
     from es_rag.pipeline import Ingestor
     from es_rag.query.search import Searcher
     from es_rag.types import AccessControl, Caller, Document, Hit, IngestResult, SearchResponse

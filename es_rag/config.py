@@ -262,6 +262,18 @@ class Settings(BaseSettings):
     )
 
     # --- ingest ---------------------------------------------------------------------------
+    walk_exclude: str = Field(
+        default="",
+        description="comma-separated patterns in .gitignore's syntax (*.log, drafts/, "
+        "/build/) that folder walks leave out, besides the built-in ones; a file named "
+        "itself is read whatever its name",
+    )
+    walk_default_excludes: bool = Field(
+        default=True,
+        description="folder walks leave out files that are never documents by their names: "
+        "a site's styles, scripts, fonts, icons and search indexes, archives, compiled code "
+        "(es_rag.files.DEFAULT_EXCLUDES); false: walks offer every file to the parser",
+    )
     bulk_chunk_size: int = 256
     bulk_max_retries: int = 5
     bulk_initial_backoff: float = 1.0
@@ -413,6 +425,10 @@ class Settings(BaseSettings):
     @property
     def cors_origins(self) -> list[str]:
         return [o.strip().rstrip("/") for o in self.serve_cors_origins.split(",") if o.strip()]
+
+    @property
+    def walk_exclude_patterns(self) -> list[str]:
+        return [p.strip() for p in self.walk_exclude.split(",") if p.strip()]
 
     @property
     def ingest_roots(self) -> list[Path]:

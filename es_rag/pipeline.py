@@ -47,7 +47,7 @@ from es_rag.errors import (
     InputError,
     TransientError,
 )
-from es_rag.files import FolderResolver, expand_paths, load_document, same_file
+from es_rag.files import FolderResolver, WalkFilter, expand_paths, load_document, same_file
 from es_rag.generations import Generation, Generations, Layout
 from es_rag.parsing import Parser, parser_version
 from es_rag.parts import Parts
@@ -651,18 +651,22 @@ class Ingestor(Parts):
         doc_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         on_result: Callable[[IngestResult], None] | None = None,
+        exclude: WalkFilter | None = None,
         batch_docs: int = 128,
         batch_chars: int = 256 * 1024,
     ) -> list[IngestResult]:
         """Ingest files and folders; a bad file is reported and the others still ingest.
+
+        Folder walks leave out what ``exclude`` names (by default the settings' patterns,
+        ``WalkFilter.of``): each is reported as skipped, reason "excluded".
 
         Files are read and ingested in batches of up to ``batch_docs`` files and
         ``batch_chars`` characters of text, so that many small files share embedding
         batches and bulk requests: an embedding call needs more than two batches of texts
         before its streams share them out (at 32 one-chunk files a call had two).
         """
-        files = list(expand_paths(paths))
-        if doc_id is not None and len(files) != 1:
+        listed = list(expand_paths(paths, exclude or WalkFilter.of(self.settings)))
+        if doc_id is not None and len(listed) != 1:
             raise InputError("--doc-id names one document: give exactly one file")
         results: list[IngestResult] = []
         unavailable: str | None = None
@@ -674,7 +678,7 @@ class Ingestor(Parts):
 
         batch: list[Document] = []
         chars = 0
-        readable = [(path, doc_id or str(path)) for path, problem in files if problem is None]
+        readable = [(f.path, doc_id or str(f.path)) for f in listed if f.to_read]
         unchanged: dict[str, IngestResult] = {}
         try:
             unchanged = self.unchanged_files(readable, acl=acl, metadata=metadata)
@@ -698,8 +702,11 @@ class Ingestor(Parts):
                 report(result)
             batch.clear()
 
-        for path, listed_error in files:
+        for path, listed_error, excluded in listed:
             given = doc_id or str(path)
+            if excluded:
+                report(IngestResult(doc_id=given, status="skipped", reason="excluded"))
+                continue
             if unavailable:
                 report(
                     IngestResult(

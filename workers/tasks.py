@@ -244,8 +244,9 @@ def update_acl(self: Task, doc_id: str, acl: dict[str, Any]) -> int:
 def sync_directory(
     self: Task, folder: str, acl: dict[str, Any], metadata: dict[str, Any] | None = None
 ) -> dict[str, int]:
-    """Enqueue the new and changed files of ``folder`` (not the unchanged ones) and delete
-    the tenant's documents whose files are gone."""
+    """Enqueue the new and changed files of ``folder`` (not the unchanged ones, nor those
+    the worker's walk patterns leave out) and delete the tenant's documents whose files are
+    gone."""
     acl_payload = jobs.AclPayload.model_validate(acl)
     with _retrying(self):
         plan = jobs.plan_sync(ingestor(self), folder, acl_payload, metadata)
@@ -257,4 +258,5 @@ def sync_directory(
         "enqueued": len(plan.enqueue),
         "unchanged": len(plan.unchanged),
         "deleted": len(plan.delete),
+        "excluded": plan.excluded,
     }

@@ -6,12 +6,15 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from es_rag.cli import render
 from es_rag.cli.common import fail, ingest_streams, math_threads, run, settings_of, tenant_of
+
+if TYPE_CHECKING:
+    from es_rag.files import Listed
 
 
 def init(ctx: typer.Context) -> None:
@@ -50,6 +53,21 @@ def ingest(
     public: Annotated[bool, typer.Option(help="readable by everyone in the tenant")] = False,
     doc_id: Annotated[str | None, typer.Option(help="document id (single file only)")] = None,
     meta: Annotated[list[str] | None, typer.Option(help="metadata KEY=VALUE, repeatable")] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="in folders, leave out what this .gitignore pattern names (*.log, drafts/, "
+            "!*.svg to walk SVG files again), repeatable; reported as skipped"
+        ),
+    ] = None,
+    all_files: Annotated[
+        bool,
+        typer.Option(
+            "--all-files",
+            help="in folders, offer every file to the parser, even the names that are never "
+            "documents (styles, scripts, fonts, icons, archives, search indexes)",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print results as JSON")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     queue: Annotated[
@@ -66,10 +84,11 @@ def ingest(
 ) -> None:
     """Ingest files inline, or through the queue with --queue (workers: `es-rag worker`)."""
     from es_rag.acl import make_acl
-    from es_rag.files import expand_paths
+    from es_rag.files import WalkFilter, expand_paths
     from es_rag.pipeline import Ingestor
 
     settings = settings_of(ctx)
+    walk = run(lambda: WalkFilter.of(settings, exclude or [], defaults=not all_files))
     acl = run(
         lambda: make_acl(
             tenant,
@@ -95,7 +114,7 @@ def ingest(
         payload = AclPayload(tenant=tenant, public=public, allow=allow or [], deny=deny or [])
         _ingest_queued(
             ingestor,
-            list(expand_paths(paths)),
+            list(expand_paths(paths, walk)),
             payload,
             tenant=acl.tenant_id,
             doc_id=doc_id,
@@ -109,7 +128,7 @@ def ingest(
         return
     if doc_version is not None:
         fail("--doc-version needs --queue (inline ingest versions documents by content)")
-    total = sum(1 for _ in expand_paths(paths))
+    total = sum(1 for _ in expand_paths(paths, walk))
     bar = _progress_bar(total, enabled=progress and not as_json and total > 1)
 
     def on_result(result: Any) -> None:
@@ -120,7 +139,7 @@ def ingest(
 
     results = run(
         lambda: ingestor.ingest_paths(
-            paths, acl=acl, doc_id=doc_id, metadata=metadata, on_result=on_result
+            paths, acl=acl, doc_id=doc_id, metadata=metadata, on_result=on_result, exclude=walk
         )
     )
     if bar is not None:
@@ -143,7 +162,7 @@ def _progress_bar(total: int, *, enabled: bool) -> Any:
 
 def _ingest_queued(
     ingestor: Any,
-    files: list[tuple[Path, str | None]],
+    files: list[Listed],
     acl: Any,
     *,
     tenant: str,
@@ -162,19 +181,22 @@ def _ingest_queued(
     if (doc_id or doc_version) and len(files) != 1:
         fail("--doc-id and --doc-version name one document: give exactly one file")
     app = make_app(ingestor.settings)
-    keys, unreadable = run(
+    keys, not_queued = run(
         lambda: jobs.enqueue_files(
             ingestor, app, files, acl, doc_id=doc_id, doc_version=doc_version, metadata=metadata
         )
     )
+    unreadable = [r for r in not_queued if r["status"] == "failed"]
     if not as_json:
         for row in unreadable:
             typer.echo(f"FAILED {row['doc_id']}: {row['error']}", err=True)
     if not wait:
+        excluded = [r["doc_id"] for r in not_queued if r["status"] == "skipped"]
         if as_json:
-            typer.echo(json.dumps({"queued": keys, "failed": unreadable}, ensure_ascii=False))
+            sent = {"queued": keys, "failed": unreadable, "excluded": excluded}
+            typer.echo(json.dumps(sent, ensure_ascii=False))
         else:
-            typer.echo(f"{len(keys)} queued, {len(unreadable)} failed")
+            typer.echo(f"{len(keys)} queued, {len(excluded)} excluded, {len(unreadable)} failed")
         if unreadable:
             raise typer.Exit(1)
         return
@@ -194,13 +216,13 @@ def _ingest_queued(
         fail(str(exc), code=2)
     if bar is not None:
         bar.close()
-    rows = [done[k] for k in keys] + unreadable
+    rows = [done[k] for k in keys] + not_queued
     if as_json:
         fields = ("doc_id", "status", "reason", "chunks", "error", "attempts")
         out = [{k: r.get(k) for k in fields} for r in rows]
         typer.echo(json.dumps({"results": out}, ensure_ascii=False))
     else:
-        typer.echo(render.queued_summary(rows))
+        typer.echo(render.ingest_summary(rows))
     if any(r["status"] == "failed" for r in rows):
         raise typer.Exit(1)
 

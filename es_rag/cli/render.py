@@ -10,21 +10,16 @@ from es_rag.types import Hit, IngestResult, SearchResponse
 STATUSES = ("queued", "running", "indexed", "skipped", "failed")
 
 
-def ingest_summary(results: Sequence[IngestResult]) -> str:
-    counts = {s: sum(r.status == s for r in results) for s in ("indexed", "skipped", "failed")}
-    chunks = sum(r.chunks for r in results if r.status == "indexed")
+def ingest_summary(rows: Sequence[IngestResult | dict[str, Any]]) -> str:
+    """One line for an ingest, inline (results) or queued (status rows); a walk's excluded
+    files are counted apart from those skipped because they were already indexed."""
+    dicts = [r.to_dict() if isinstance(r, IngestResult) else r for r in rows]
+    counts = {s: sum(r["status"] == s for r in dicts) for s in ("indexed", "skipped", "failed")}
+    chunks = sum(r.get("chunks") or 0 for r in dicts if r["status"] == "indexed")
+    excluded = sum(r["status"] == "skipped" and r.get("reason") == "excluded" for r in dicts)
     return (
-        f"{counts['indexed']} indexed ({chunks} chunks), {counts['skipped']} unchanged, "
-        f"{counts['failed']} failed"
-    )
-
-
-def queued_summary(rows: Sequence[dict[str, Any]]) -> str:
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("indexed", "skipped", "failed")}
-    chunks = sum(r.get("chunks") or 0 for r in rows if r["status"] == "indexed")
-    return (
-        f"{counts['indexed']} indexed ({chunks} chunks), {counts['skipped']} skipped, "
-        f"{counts['failed']} failed"
+        f"{counts['indexed']} indexed ({chunks} chunks), {counts['skipped'] - excluded} "
+        f"skipped, {excluded} excluded, {counts['failed']} failed"
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from es_rag.config import Settings
 from es_rag.engine.status import now_iso
 from es_rag.errors import InputError, QueueUnavailableError
-from es_rag.files import FolderResolver, expand_paths
+from es_rag.files import FolderResolver, Listed, WalkFilter, expand_paths
 from es_rag.jobs.payloads import BATCH_TASK, INGEST_TASK, AclPayload, IngestPayload, tenant_of
 from es_rag.pipeline import Ingestor
 
@@ -200,22 +200,28 @@ def enqueue_many(
 def enqueue_files(
     ingestor: Ingestor,
     app: Any,
-    files: list[tuple[Path, str | None]],
+    files: list[Listed],
     acl: AclPayload,
     *,
     doc_id: str | None = None,
     doc_version: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """(doc ids queued, rows of files that cannot be read); small files travel together
-    (``enqueue_many``), and a dead broker is a ``QueueUnavailableError``."""
+    """(doc ids queued, final rows of the files not queued: failed, those that cannot be
+    read; skipped, those a walk left out); small files travel together (``enqueue_many``),
+    and a dead broker is a ``QueueUnavailableError``."""
     payloads: list[IngestPayload] = []
-    unreadable: list[dict[str, Any]] = []
+    not_queued: list[dict[str, Any]] = []
     resolve = FolderResolver()
-    for path, problem in files:
+    for path, problem, excluded in files:
         key = doc_id or str(path)
+        if excluded:
+            not_queued.append(
+                {"doc_id": key, "status": "skipped", "reason": "excluded", "attempts": 0}
+            )
+            continue
         if problem:
-            unreadable.append({"doc_id": key, "status": "failed", "error": problem, "attempts": 0})
+            not_queued.append({"doc_id": key, "status": "failed", "error": problem, "attempts": 0})
             continue
         payloads.append(
             IngestPayload(
@@ -227,7 +233,7 @@ def enqueue_files(
             )
         )
     enqueue_many(ingestor, app, payloads, retry=False)
-    return [p.key for p in payloads], unreadable
+    return [p.key for p in payloads], not_queued
 
 
 def wait_for(
@@ -341,6 +347,7 @@ class SyncPlan:
     enqueue: list[IngestPayload]  # new or changed files
     unchanged: list[str]  # files whose rows are whole and from the same bytes: left alone
     delete: list[str]  # doc ids under the folder whose files are gone
+    excluded: int = 0  # files and folders the walk left out (WalkFilter)
 
 
 def plan_sync(
@@ -358,15 +365,17 @@ def plan_sync(
     root = Path(folder)
     if not root.is_dir():
         raise InputError(f"{folder}: not a directory")
+    listed = list(expand_paths([root], WalkFilter.of(ingestor.settings)))
     payloads = [
-        IngestPayload(path=str(path), metadata=dict(metadata or {}), **acl.model_dump())
-        for path, problem in expand_paths([root])
-        if problem is None
+        IngestPayload(path=str(f.path), metadata=dict(metadata or {}), **acl.model_dump())
+        for f in listed
+        if f.to_read
     ]
+    excluded = sum(1 for f in listed if f.excluded)
     present = {p.key for p in payloads}
     prefix = str(root).rstrip("/") + "/"
     if not ingestor.index.exists():
-        return SyncPlan(payloads, [], [])
+        return SyncPlan(payloads, [], [], excluded)
     ingestor.index.refresh()  # documents indexed a moment ago must count as present
     indexed = ingestor.index.doc_ids(tenant=tenant_of(ingestor, acl), prefix=prefix)
     files = [(p.file, p.key) for p in payloads]
@@ -376,4 +385,5 @@ def plan_sync(
         [p for p in payloads if p.key not in unchanged],
         sorted(unchanged),
         sorted(d for d in indexed if d not in present),
+        excluded,
     )

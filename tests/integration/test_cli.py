@@ -124,6 +124,56 @@ def test_search_as_outsider_finds_nothing(cli_env: dict[str, str]) -> None:
     assert json.loads(proc.stdout)["hits"] == []
 
 
+def test_a_folder_walk_leaves_out_a_sites_styles_and_scripts(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    (site / "css").mkdir(parents=True)
+    (site / "drafts").mkdir()
+    (site / "index.html").write_text(
+        "<html><body><h1>Parking</h1><p>Visitors park in the north garage.</p></body></html>"
+    )
+    # Text, and indexed as words before: every page again, and the site's styles.
+    (site / "search_index.json").write_text(
+        json.dumps({"docs": [{"title": "Parking", "text": "Visitors park in the garage."}]})
+    )
+    (site / "css" / "theme.css").write_text(".zebrastripe { color: papayawhip; }\n")
+    (site / "drafts" / "plan.md").write_text("# Plan\n\nThe papayawhip launch plan.\n")
+
+    def ingest(*args: str) -> dict[str, tuple[str, str | None]]:
+        proc = es_rag(cli_env, "ingest", str(site), "--tenant", "site", "--public", *args)
+        assert proc.returncode == 0, proc.stderr
+        rows = json.loads(proc.stdout)["results"] if "--json" in args else []
+        return {str(Path(r["doc_id"]).relative_to(site)): (r["status"], r["reason"]) for r in rows}
+
+    def found(words: str) -> set[str]:  # by their words: kNN always has neighbours
+        proc = es_rag(cli_env, "search", words, "--tenant", "site", "--strategy", "bm25", "--json")
+        return {Path(h["doc_id"]).name for h in json.loads(proc.stdout)["hits"]}
+
+    assert ingest("--exclude", "drafts/", "--json") == {
+        "index.html": ("indexed", None),
+        "search_index.json": ("skipped", "excluded"),
+        "css/theme.css": ("skipped", "excluded"),
+        "drafts": ("skipped", "excluded"),
+    }
+    assert found("papayawhip zebrastripe") == set()
+    assert found("visitors park garage") == {"index.html"}
+    # --all-files drops the built-in patterns only; the caller's own still hold.
+    assert ingest("--all-files", "--exclude", "drafts/", "--json") == {
+        "index.html": ("skipped", "unchanged"),
+        "search_index.json": ("indexed", None),
+        "css/theme.css": ("indexed", None),
+        "drafts": ("skipped", "excluded"),
+    }
+    assert found("papayawhip zebrastripe") == {"theme.css"}
+    # What is already indexed stays (a folder sync is what mirrors a folder).
+    proc = es_rag(
+        cli_env, "ingest", str(site), "--tenant", "site", "--public", "--exclude", "drafts/"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0 indexed (0 chunks), 1 skipped, 3 excluded, 0 failed"
+
+
 def test_forced_native_rrf_fails_with_reason(cli_env: dict[str, str], engine: Engine) -> None:
     proc = es_rag(cli_env, "search", "leave", "--tenant", "acme", "--strategy", "native-rrf")
     if proc.returncode == 0:

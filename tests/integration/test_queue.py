@@ -153,6 +153,10 @@ def test_a_folder_through_the_queue_with_a_poison_document(
     (folder / "c-vpn.txt").write_text("Employees connect through the VPN client.\n")
     (folder / "d-leave.md").write_text("# Leave\n\nStaff get twenty-eight days of leave.\n")
     (folder / "e-report.pdf").write_bytes(b"%PDF-1.4 not parsed by this version")
+    # Never documents by their names: left out of the walk, reported, never queued.
+    (folder / "f-site.css").write_text("body { color: papayawhip; }\n")
+    (folder / "node_modules" / "pkg").mkdir(parents=True)
+    (folder / "node_modules" / "pkg" / "README.md").write_text("# Package\n")
     # Nothing published unless asked: the search below right after the wait must still
     # find what the worker wrote (the wait ends with a refresh, as an inline ingest does).
     name, _ = Ingestor(settings_of(env)).init_index()
@@ -169,7 +173,10 @@ def test_a_folder_through_the_queue_with_a_poison_document(
         "c-vpn.txt": "indexed",
         "d-leave.md": "indexed",
         "e-report.pdf": "failed",
+        "f-site.css": "skipped",
+        "node_modules": "skipped",
     }
+    assert results["f-site.css"]["reason"] == results["node_modules"]["reason"] == "excluded"
     assert "binary data" in results["b-poison.txt"]["error"]
     # Judged by its bytes in the worker: a .pdf that is not a PDF is a damaged one.
     assert "damaged PDF" in results["e-report.pdf"]["error"]
@@ -511,19 +518,20 @@ def test_sync_directory_mirrors_a_folder(
     folder.mkdir()
     (folder / "keep.md").write_text("# Keep\n\nThis document stays.\n")
     (folder / "gone.md").write_text("# Gone\n\nThis document will be removed.\n")
+    (folder / "theme.css").write_text("body { color: papayawhip; }\n")  # left out, counted
     workers(env)
     settings = settings_of(env)
     app = make_app(settings)
     acl = {"tenant": "acme", "public": True}
     first = app.send_task("es_rag.sync_directory", args=[str(folder), acl]).get(timeout=120)
-    assert first == {"enqueued": 2, "unchanged": 0, "deleted": 0}
+    assert first == {"enqueued": 2, "unchanged": 0, "deleted": 0, "excluded": 1}
     for name in ("keep.md", "gone.md"):
         assert wait_status(env, str(folder / name), {"indexed", "failed"})["status"] == "indexed"
     (folder / "gone.md").unlink()
     (folder / "new.md").write_text("# New\n\nThis document arrives later.\n")
     second = app.send_task("es_rag.sync_directory", args=[str(folder), acl]).get(timeout=120)
     # The unchanged file is not enqueued at all: only the new one is parsed and written.
-    assert second == {"enqueued": 1, "unchanged": 1, "deleted": 1}
+    assert second == {"enqueued": 1, "unchanged": 1, "deleted": 1, "excluded": 1}
     assert wait_status(env, str(folder / "new.md"), {"indexed", "failed"})["status"] == "indexed"
     ingestor = Ingestor(settings)
     deadline = time.monotonic() + 60

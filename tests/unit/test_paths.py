@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from es_rag.config import Settings
 from es_rag.engine.index import DocState
-from es_rag.files import FolderResolver, file_stamp, same_file
+from es_rag.errors import InputError
+from es_rag.files import DEFAULT_EXCLUDES, FolderResolver, WalkFilter, file_stamp, same_file
 from es_rag.parsing import file_problem
 from es_rag.pipeline import expand_paths
 
@@ -17,7 +19,81 @@ pytestmark = pytest.mark.unit
 
 
 def walk(*paths: Path, root: Path) -> list[tuple[str, str | None]]:
-    return [(str(p.relative_to(root)), problem) for p, problem in expand_paths(paths)]
+    return [(str(p.relative_to(root)), problem) for p, problem, _ in expand_paths(paths)]
+
+
+def left_out(*paths: Path, root: Path, exclude: WalkFilter) -> dict[str, str | None]:
+    """Each listed path (relative to ``root``) with the pattern that left it out."""
+    return {str(f.path.relative_to(root)): f.excluded for f in expand_paths(paths, exclude)}
+
+
+def test_a_walk_leaves_out_a_built_sites_machinery_and_lists_it(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    for name in (
+        "index.html",
+        "guide/install.md",
+        "css/theme.css",
+        "js/main.js",
+        "search/search_index.json",
+        "fonts/icons.woff2",
+        "img/favicon.ico",
+        "img/screenshot.png",
+        "_static/searchtools.js",
+        "_static/logo.png",
+        "_sources/index.rst.txt",
+        "objects.inv",
+        "downloads/docs.tar.gz",
+        "node_modules/pkg/README.md",
+    ):
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text("x")
+    assert left_out(site, root=site, exclude=WalkFilter()) == {
+        "index.html": None,
+        "guide/install.md": None,
+        "img/screenshot.png": None,  # an image may hold text: OCR decides
+        "css/theme.css": "*.css",
+        "js/main.js": "*.js",
+        "search/search_index.json": "search_index.json",
+        "fonts/icons.woff2": "*.woff2",
+        "img/favicon.ico": "*.ico",
+        # a left-out folder is listed once, not walked
+        "_static": "_static/",
+        "_sources": "_sources/",
+        "node_modules": "node_modules/",
+        "objects.inv": "objects.inv",
+        "downloads/docs.tar.gz": "*.gz",
+    }
+    # Named itself, a file is read whatever its name; without the defaults, all is walked.
+    assert left_out(site / "css" / "theme.css", root=site, exclude=WalkFilter()) == {
+        "css/theme.css": None
+    }
+    everything = left_out(site, root=site, exclude=WalkFilter(defaults=False))
+    assert len(everything) == 14 and set(everything.values()) == {None}
+
+
+def test_walk_patterns_follow_gitignore(tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    for name in ("top.md", "a/top.md", "drafts/x.md", "a/drafts/y.md", "run.log", "d.svg"):
+        (kb / name).parent.mkdir(parents=True, exist_ok=True)
+        (kb / name).write_text("x")
+    rules = WalkFilter(["/top.md", "drafts/", "*.log", "!*.svg"])
+    assert left_out(kb, root=kb, exclude=rules) == {
+        "top.md": "/top.md",  # anchored at the folder walked
+        "a/top.md": None,
+        "drafts": "drafts/",  # at any depth
+        "a/drafts": "drafts/",
+        "run.log": "*.log",
+        "d.svg": None,  # a later pattern walks SVG files again
+    }
+    with pytest.raises(InputError, match="bad exclude pattern"):
+        WalkFilter(["!"])
+
+
+def test_walk_patterns_come_from_the_settings_then_the_caller() -> None:
+    settings = Settings(walk_exclude=" *.log , drafts/,", walk_default_excludes=False)
+    assert WalkFilter.of(settings, ["tmp/"]).patterns == ["*.log", "drafts/", "tmp/"]
+    assert WalkFilter.of(Settings(), defaults=False).patterns == []
+    assert WalkFilter.of(Settings()).patterns == list(DEFAULT_EXCLUDES)
 
 
 def test_a_walk_reports_what_it_cannot_ingest_and_skips_dotfiles(tmp_path: Path) -> None:
