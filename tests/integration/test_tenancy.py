@@ -146,9 +146,14 @@ def test_directory_sync_only_deletes_the_tenants_own_documents(
     # Both tenants have a document at a path under the folder that no longer exists.
     for tenant in ("acme", "globex"):
         ingestor.ingest(doc(tenant, f"# Gone\n\n{tenant}'s copy.", doc_id=gone), refresh=True)
+    # A file the walk now leaves out by its name counts as gone: the index mirrors the
+    # folder's documents.
+    (folder / "theme.css").write_text("body { color: papayawhip; }\n")
+    theme = str(folder / "theme.css")
+    ingestor.ingest(doc("acme", "body { color: papayawhip; }", doc_id=theme), refresh=True)
     plan = jobs.plan_sync(ingestor, str(folder), jobs.AclPayload(tenant="ACME", public=True))
     assert [p.key for p in plan.enqueue] == [str(folder / "keep.md")]
-    assert plan.delete == [gone]
+    assert plan.delete == [gone, theme] and plan.excluded == 1
     for d in plan.delete:
         jobs.run_delete(ingestor, d, jobs.tenant_of(ingestor, jobs.AclPayload(tenant="ACME")))
     ingestor.index.refresh()
