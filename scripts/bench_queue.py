@@ -65,6 +65,7 @@ from es_rag import jobs  # noqa: E402
 from es_rag.acl import make_acl  # noqa: E402
 from es_rag.config import Settings  # noqa: E402
 from es_rag.embedding import build_embedder  # noqa: E402
+from es_rag.files import Listed  # noqa: E402
 from es_rag.pipeline import Ingestor  # noqa: E402
 from es_rag.rows import row_embedding_text  # noqa: E402
 from es_rag.types import Document  # noqa: E402
@@ -232,7 +233,7 @@ class Pool:
         keys, _ = jobs.enqueue_files(
             self.ingestor,
             self.app,
-            [(path, None) for path in files],
+            [Listed(path) for path in files],
             jobs.AclPayload(**self.acl),
         )
         mine = list(self.wait(keys).values())
