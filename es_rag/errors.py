@@ -169,6 +169,12 @@ class EmptyDocumentError(InputError):
         return (_rebuild, (type(self), self.args, {"needs_ocr": self.needs_ocr}))
 
 
+class NoTextError(EmptyDocumentError):
+    """An image in which OCR found no words (a photo, a drawing, an icon): nothing to
+    index, and nothing wrong with the file. Recorded as skipped (reason ``no-text``), not
+    as a failure: a folder of pictures is not a run that failed."""
+
+
 class DocumentTooLargeError(InputError):
     """A file over the input-size limit, or an archive over the decompressed-size limit."""
 

@@ -45,6 +45,7 @@ from es_rag.errors import (
     IndexBlockedError,
     IndexContractError,
     InputError,
+    NoTextError,
     TransientError,
 )
 from es_rag.files import FolderResolver, WalkFilter, expand_paths, load_document, same_file
@@ -237,7 +238,7 @@ class Ingestor(Parts):
         before; the others still ingest. A dead server raises ``EngineUnavailableError``.
         """
         return [
-            _failed(doc.doc_id, out, tenant=doc.acl.tenant_id)
+            error_outcome(doc.doc_id, out, tenant=doc.acl.tenant_id)
             if isinstance(out, EsRagError)
             else out
             for doc, out in zip(docs, self._ingest_batch(docs, refresh=refresh), strict=True)
@@ -697,7 +698,7 @@ class Ingestor(Parts):
                 done = self.ingest_many(batch)
             except EngineUnavailableError as exc:
                 unavailable = str(exc)
-                done = [_failed(d.doc_id, exc, tenant=d.acl.tenant_id) for d in batch]
+                done = [error_outcome(d.doc_id, exc, tenant=d.acl.tenant_id) for d in batch]
             for result in done:
                 report(result)
             batch.clear()
@@ -732,7 +733,7 @@ class Ingestor(Parts):
                     path, parser=self.parser, acl=acl, doc_id=doc_id, metadata=metadata
                 )
             except EsRagError as exc:
-                report(_failed(given, exc, tenant=acl.tenant_id))
+                report(error_outcome(given, exc, tenant=acl.tenant_id))
             else:
                 batch.append(doc)
                 chars += len(doc.text) + sum(len(e.text) for e in doc.elements)
@@ -931,13 +932,20 @@ class _Target:
         return self.embedder.embedding_version
 
 
-def _failed(doc_id: str, exc: Exception, *, tenant: str | None = None) -> IngestResult:
+def error_outcome(
+    doc_id: str, exc: BaseException, *, tenant: str | None = None, reason: str | None = None
+) -> IngestResult:
+    """What an error makes of a document: skipped for an image with no words in it
+    (``NoTextError``: nothing to index, nothing wrong), failed for the rest."""
+    if isinstance(exc, NoTextError):
+        return IngestResult(doc_id=doc_id, tenant=tenant, status="skipped", reason="no-text")
     return IngestResult(
         doc_id=doc_id,
         tenant=tenant,
         status="failed",
         error=str(exc),
         error_type=type(exc).__name__,
+        reason=reason,
     )
 
 

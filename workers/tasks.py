@@ -209,8 +209,10 @@ def _parse_then_hand_over(
                 ingestor(task), p, exc, attempt=attempt, task_id=task.request.id, delay=countdown
             )
             raise _retry(task, exc, countdown) from exc
-        jobs.record_failure(ingestor(task), p, exc, attempt=attempt, task_id=task.request.id)
-        return {"doc_id": p.key, "status": "failed", "error": str(exc)}
+        outcome = jobs.record_failure(
+            ingestor(task), p, exc, attempt=attempt, task_id=task.request.id
+        )
+        return {"doc_id": p.key, "status": outcome.status, "error": outcome.error}
     with _retrying(task):
         jobs.send(task.app, "es_rag.index_document", [payload, doc.model_dump(mode="json")])
     return {"doc_id": p.key, "status": "parsed"}

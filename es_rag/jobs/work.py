@@ -24,7 +24,7 @@ from es_rag.engine.status import now_iso
 from es_rag.errors import EsRagError, TransientError
 from es_rag.files import load_document
 from es_rag.jobs.payloads import AclPayload, DocumentPayload, IngestPayload, tenant_of
-from es_rag.pipeline import Ingestor
+from es_rag.pipeline import Ingestor, error_outcome
 from es_rag.types import IngestResult
 
 log = logging.getLogger(__name__)
@@ -136,12 +136,10 @@ def run_ingest(
         if is_transient(exc) and attempt < max_attempts:
             record_retry(ingestor, payload, exc, attempt=attempt, task_id=task_id, delay=retry_in)
             raise
-        result = IngestResult(
-            doc_id=payload.key,
+        result = error_outcome(
+            payload.key,
+            exc,
             tenant=tenant,
-            status="failed",
-            error=str(exc),
-            error_type=type(exc).__name__,
             reason="retries-exhausted" if is_transient(exc) else None,
         )
     timings = dict(result.timings_ms)
@@ -254,12 +252,10 @@ def run_batch(
             retry.append(p)
             continue
         if isinstance(out, EsRagError):
-            out = IngestResult(
-                doc_id=p.key,
+            out = error_outcome(
+                p.key,
+                out,
                 tenant=tenants[i],
-                status="failed",
-                error=str(out),
-                error_type=type(out).__name__,
                 reason="retries-exhausted" if is_transient(out) else None,
             )
         timings = dict(out.timings_ms)
@@ -366,19 +362,24 @@ def record_failure(
     attempt: int,
     task_id: str | None,
     error_type: str | None = None,
-) -> None:
+) -> IngestResult:
     """A permanent failure found before ingest ran (a parse on the split queue, a time
-    limit): recorded from the error itself, never by doing the work a second time."""
+    limit): recorded from the error itself, never by doing the work a second time (an
+    image with no words is recorded as skipped, as ``error_outcome`` has it)."""
+    outcome = error_outcome(
+        payload.key, exc, reason="retries-exhausted" if is_transient(exc) else None
+    )
     ingestor.status.record(
         tenant_of(ingestor, payload),
         payload.key,
-        "failed",
+        outcome.status,
         **_base_fields(payload, attempt, task_id),
-        error_type=error_type or type(exc).__name__,
-        error=str(exc),
-        reason="retries-exhausted" if is_transient(exc) else None,
+        error_type=outcome.error_type and (error_type or outcome.error_type),
+        error=outcome.error,
+        reason=outcome.reason,
         finished_at=now_iso(),
     )
+    return outcome
 
 
 def run_delete(ingestor: Ingestor, doc_id: str, tenant: str) -> int:

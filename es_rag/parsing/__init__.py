@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from es_rag import detect
 from es_rag.config import Settings
-from es_rag.errors import DocumentTooLargeError, EmptyDocumentError, InputError
+from es_rag.errors import DocumentTooLargeError, EmptyDocumentError, InputError, NoTextError
 from es_rag.parsing.common import JUNK_TITLE, SANDBOX_ENV, ParsedFile, ParseOptions, PdfStrategy
 from es_rag.types import Element
 
@@ -159,6 +159,8 @@ class Parser:
             parsed.stats = dataclasses.asdict(self.sandbox.last)
         elements = cleaned(parsed)
         if not any(e.text.strip() for e in elements):
+            if parsed.ocr and parsed.mime in detect.IMAGES:
+                raise NoTextError("an image with no text in it (OCR found no words)")
             raise EmptyDocumentError("empty document: no text to index (only whitespace)")
         parsed.elements = elements
         # A spreadsheet's first heading is its first sheet's name, not the workbook's title.

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from es_rag.engine.client import Engine
 from tests.conftest import unique_index
@@ -139,6 +140,8 @@ def test_a_folder_walk_leaves_out_a_sites_styles_and_scripts(
     )
     (site / "css" / "theme.css").write_text(".zebrastripe { color: papayawhip; }\n")
     (site / "drafts" / "plan.md").write_text("# Plan\n\nThe papayawhip launch plan.\n")
+    # A picture with no words in it: nothing to index, nothing wrong (skipped, not failed).
+    Image.new("RGB", (320, 200), "white").save(site / "photo.png")
 
     def ingest(*args: str) -> dict[str, tuple[str, str | None]]:
         proc = es_rag(cli_env, "ingest", str(site), "--tenant", "site", "--public", *args)
@@ -155,6 +158,7 @@ def test_a_folder_walk_leaves_out_a_sites_styles_and_scripts(
         "search_index.json": ("skipped", "excluded"),
         "css/theme.css": ("skipped", "excluded"),
         "drafts": ("skipped", "excluded"),
+        "photo.png": ("skipped", "no-text"),
     }
     assert found("papayawhip zebrastripe") == set()
     assert found("visitors park garage") == {"index.html"}
@@ -164,6 +168,7 @@ def test_a_folder_walk_leaves_out_a_sites_styles_and_scripts(
         "search_index.json": ("indexed", None),
         "css/theme.css": ("indexed", None),
         "drafts": ("skipped", "excluded"),
+        "photo.png": ("skipped", "no-text"),
     }
     assert found("papayawhip zebrastripe") == {"theme.css"}
     # What is already indexed stays (a folder sync is what mirrors a folder).
@@ -171,7 +176,7 @@ def test_a_folder_walk_leaves_out_a_sites_styles_and_scripts(
         cli_env, "ingest", str(site), "--tenant", "site", "--public", "--exclude", "drafts/"
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "0 indexed (0 chunks), 1 skipped, 3 excluded, 0 failed"
+    assert proc.stdout.strip() == "0 indexed (0 chunks), 2 skipped, 3 excluded, 0 failed"
 
 
 def test_forced_native_rrf_fails_with_reason(cli_env: dict[str, str], engine: Engine) -> None:

@@ -425,6 +425,24 @@ def test_pdf_chunks_carry_the_page_they_are_on(
 
 
 # --- scans -----------------------------------------------------------------------------------
+def test_an_image_with_no_words_is_no_text_not_an_empty_file(
+    parser: Parser, tmp_path: Path
+) -> None:
+    """OCR ran and found nothing: ``NoTextError`` (recorded as skipped), told apart from a
+    text file with nothing in it and from an image whose OCR is off (both failures)."""
+    from PIL import Image
+
+    from es_rag.errors import EmptyDocumentError, NoTextError
+
+    Image.new("RGB", (320, 200), "white").save(tmp_path / "blank.png")
+    with pytest.raises(NoTextError, match="no text in it"):
+        parser.parse(tmp_path / "blank.png")
+    (tmp_path / "blank.txt").write_text("  \n\n")
+    with pytest.raises(EmptyDocumentError) as empty:
+        parser.parse(tmp_path / "blank.txt")
+    assert not isinstance(empty.value, NoTextError)
+
+
 @pytest.mark.parametrize("name", ["scan-en.pdf", "scan-en.png", *CHINESE_SCANS])
 def test_scans_are_read_by_ocr(name: str, parsed: Callable[[str], ParsedFile]) -> None:
     """Page images with no text layer are OCRed, English and Chinese alike: the heading is

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from es_rag.acl import make_acl, make_caller
 from es_rag.config import Settings
@@ -157,6 +158,7 @@ def test_a_folder_through_the_queue_with_a_poison_document(
     (folder / "f-site.css").write_text("body { color: papayawhip; }\n")
     (folder / "node_modules" / "pkg").mkdir(parents=True)
     (folder / "node_modules" / "pkg" / "README.md").write_text("# Package\n")
+    Image.new("RGB", (320, 200), "white").save(folder / "g-blank.png")  # no words: skipped
     # Nothing published unless asked: the search below right after the wait must still
     # find what the worker wrote (the wait ends with a refresh, as an inline ingest does).
     name, _ = Ingestor(settings_of(env)).init_index()
@@ -175,8 +177,10 @@ def test_a_folder_through_the_queue_with_a_poison_document(
         "e-report.pdf": "failed",
         "f-site.css": "skipped",
         "node_modules": "skipped",
+        "g-blank.png": "skipped",
     }
     assert results["f-site.css"]["reason"] == results["node_modules"]["reason"] == "excluded"
+    assert results["g-blank.png"]["reason"] == "no-text" and not results["g-blank.png"]["error"]
     assert "binary data" in results["b-poison.txt"]["error"]
     # Judged by its bytes in the worker: a .pdf that is not a PDF is a damaged one.
     assert "damaged PDF" in results["e-report.pdf"]["error"]
@@ -184,7 +188,7 @@ def test_a_folder_through_the_queue_with_a_poison_document(
 
     status = json.loads(cli(env, "status", "--json").stdout)
     assert status["queue_depth"] == 0
-    assert status["counts"] == {"indexed": 3, "failed": 2}
+    assert status["counts"] == {"indexed": 3, "failed": 2, "skipped": 1}
     failed = {Path(f["doc_id"]).name: f for f in status["failed"]}
     assert set(failed) == {"b-poison.txt", "e-report.pdf"}
     assert all(f["attempts"] == 1 for f in failed.values())  # permanent: not retried
@@ -709,6 +713,15 @@ def test_a_split_parse_failure_is_recorded_from_the_error_not_parsed_again(
         row = ingestor.status.get("acme", str(bad))
         assert row and row["status"] == "failed" and row["error_type"] == "CorruptDocumentError"
         assert row["attempts"] == 1
+        # An image with no words in it ends skipped, from the parse's error alone.
+        blank = tmp_path / "blank.png"
+        Image.new("RGB", (320, 200), "white").save(blank)
+        payload = jobs.IngestPayload(path=str(blank), tenant="acme", public=True)
+        out = task.apply(args=[payload.model_dump()]).get()
+        assert out["status"] == "skipped" and parsed == [bad, blank]
+        row = ingestor.status.get("acme", str(blank))
+        assert row and row["status"] == "skipped" and row["reason"] == "no-text"
+        assert not row.get("error")
 
         def slow(path: Path, *args: Any, **kwargs: Any) -> Any:
             parsed.append(path)
@@ -720,7 +733,7 @@ def test_a_split_parse_failure_is_recorded_from_the_error_not_parsed_again(
         payload = jobs.IngestPayload(path=str(late), tenant="acme", public=True)
         result = task.apply(args=[payload.model_dump()])
         assert isinstance(result.result, SoftTimeLimitExceeded)
-        assert parsed == [bad, late]  # once each: no second parse to record the failure
+        assert parsed == [bad, blank, late]  # once each: no second parse to record the failure
         row = ingestor.status.get("acme", str(late))
         assert row and row["status"] == "failed" and row["error_type"] == "TimeoutError"
         assert row["error"].startswith("timeout")
