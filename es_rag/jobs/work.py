@@ -374,7 +374,7 @@ def record_failure(
         payload.key,
         outcome.status,
         **_base_fields(payload, attempt, task_id),
-        error_type=outcome.error_type and (error_type or outcome.error_type),
+        error_type=(error_type or outcome.error_type) if outcome.status == "failed" else None,
         error=outcome.error,
         reason=outcome.reason,
         finished_at=now_iso(),
