@@ -1,8 +1,9 @@
 """What a file is, judged by its bytes; the extension only tells text formats apart.
 
 Two steps. :func:`sniff` reads the first bytes (cheap, safe, in the caller's process) and
-names a family: PDF, image, zip container, OLE container or text. :func:`resolve` runs in
-the parse child, because it opens containers (a zip's directory can itself be hostile):
+names a family: PDF, image, zip container, OLE container, gzip-compressed file or text.
+:func:`resolve` runs in the parse child, because it opens containers (a zip's directory
+can itself be hostile):
 it tells DOCX, PPTX, XLSX, ODT, ODS, ODP and EPUB apart, and Outlook messages from other
 OLE containers, refuses archives that would inflate past the limit, and recognises
 password-protected Office files (an encrypted DOCX is an OLE container holding
@@ -59,12 +60,15 @@ WEBP = "image/webp"
 # Families that sniff() can tell from the first bytes; resolve() refines "zip" and "ole".
 ZIP = "application/zip"
 OLE = "application/x-ole-storage"
+# One compressed file, read as the document it holds (the parse child inflates it).
+GZIP = "application/gzip"
 
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
 TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, RST, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
     "PDF, DOCX, DOC, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
-    "AsciiDoc, reStructuredText, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP"
+    "AsciiDoc, reStructuredText, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP, and any of "
+    "these gzip-compressed"
 )
 
 SNIFF_BYTES = 64 * 1024
@@ -104,6 +108,10 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
         return ZIP
     if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
         return OLE
+    if head.startswith(b"\x1f\x8b"):
+        return GZIP
+    if head[257:262] == b"ustar":
+        raise UnsupportedFormatError("a tar archive: unpack it and ingest the files inside")
     image = _image(head)
     if image:
         return image
@@ -136,6 +144,17 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
     if suffix in _MD_SUFFIXES or (suffix not in {".txt", ".text"} and _MD_SIGNS.search(text)):
         return MARKDOWN
     return TEXT
+
+
+def inflated_name(name: str) -> str:
+    """The name a gzip-compressed file's content goes by: ``README.md.gz`` is a Markdown
+    file, ``changelog.gz`` a text file, ``docs.tgz`` a tar archive."""
+    lower = name.lower()
+    if lower.endswith(".tgz"):
+        return name[:-4] + ".tar"
+    if lower.endswith(".gz") and len(name) > 3:
+        return name[:-3]
+    return name
 
 
 def _printable(data: bytes) -> bool:

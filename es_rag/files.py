@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from es_rag.detect import inflated_name
 from es_rag.errors import InputError
 from es_rag.parsing import Parser, file_problem
 from es_rag.types import AccessControl, Document
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 # every page's words), archives and compressed files, compiled code. Folder walks leave
 # them out (reported as skipped, reason "excluded"); text among them was indexed as words
 # (a Sphinx site's searchindex.js, an MkDocs site's search_index.json: every page again).
+# A gzip-compressed file is read (Debian ships text documentation so) unless the name it
+# inflates to is left out: ``sitemap.xml.gz``, ``docs.tar.gz``.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     # a site's styles and scripts
     *("*.css", "*.scss", "*.sass", "*.less", "*.js", "*.mjs", "*.cjs", "*.map"),
@@ -30,8 +33,8 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     *("*.xpm", "*.xbm", "*.gif"),
     # search indexes and site machinery of Sphinx and MkDocs
     *("objects.inv", "search_index.json", "sitemap.xml", "_static/", "_sources/"),
-    # archives and compressed files
-    *("*.gz", "*.tgz", "*.bz2", "*.xz", "*.zst", "*.zip", "*.7z", "*.rar", "*.tar", "*.jar"),
+    # archives, and compressed files es-rag does not inflate
+    *("*.tar", "*.zip", "*.jar", "*.7z", "*.rar", "*.bz2", "*.xz", "*.zst", "*.lz", "*.Z"),
     # compiled code and dependency trees
     *("*.pyc", "*.pyo", "*.so", "*.o", "*.a", "*.class", "*.dll", "*.exe"),
     *("__pycache__/", "node_modules/"),
@@ -64,9 +67,13 @@ class WalkFilter:
         )
 
     def rule(self, relative: str) -> str | None:
-        """The pattern that leaves ``relative`` out (a folder's ends with "/"), or None."""
-        result = self._spec.check_file(relative)
-        return self.patterns[result.index] if result.include and result.index is not None else None
+        """The pattern that leaves ``relative`` out (a folder's ends with "/"), or None;
+        a gzip-compressed file is judged by its name and by the name it inflates to."""
+        for name in dict.fromkeys((relative, inflated_name(relative))):
+            result = self._spec.check_file(name)
+            if result.include and result.index is not None:
+                return self.patterns[result.index]
+        return None
 
 
 class Listed(NamedTuple):

@@ -25,8 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from es_rag import detect
 from es_rag.config import Settings
-from es_rag.errors import DocumentTooLargeError, EmptyDocumentError, InputError, NoTextError
-from es_rag.parsing.common import JUNK_TITLE, SANDBOX_ENV, ParsedFile, ParseOptions, PdfStrategy
+from es_rag.errors import EmptyDocumentError, InputError, NoTextError
+from es_rag.parsing.common import (
+    JUNK_TITLE,
+    SANDBOX_ENV,
+    ParsedFile,
+    ParseOptions,
+    PdfStrategy,
+    check_size,
+)
 from es_rag.types import Element
 
 # The sandbox, the child's partitioners and the cleaning are imported where a file is
@@ -125,6 +132,8 @@ class Parser:
             ocr_languages=tuple(x for x in settings.ocr_languages.split("+") if x.strip()),
             ocr_dpi=settings.ocr_dpi,
             max_unzipped_bytes=settings.parse_max_unzipped_mb * 2**20,
+            max_input_bytes=settings.parse_max_mb * 2**20,
+            max_text_bytes=settings.parse_max_text_mb * 2**20,
             mail_attachments=settings.mail_attachments,
         )
         self.sandbox = Sandbox(
@@ -165,7 +174,7 @@ class Parser:
         parsed.elements = elements
         # A spreadsheet's first heading is its first sheet's name, not the workbook's title.
         opening = elements if parsed.mime not in (detect.XLSX, detect.XLS, detect.ODS) else []
-        parsed.title = _title(parsed.title, opening) or path.stem
+        parsed.title = _title(parsed.title, opening) or Path(detect.inflated_name(path.name)).stem
         return parsed
 
     def sniff(self, path: Path) -> str:
@@ -179,18 +188,10 @@ class Parser:
                 head = fh.read(detect.SNIFF_BYTES)
         except OSError as exc:
             raise InputError(f"cannot read the file: {exc.strerror or exc}") from exc
-        limit = self.settings.parse_max_mb * 2**20
-        if size > limit:
-            raise DocumentTooLargeError(
-                f"{size / 2**20:,.1f} MB is over the input limit of {self.settings.parse_max_mb} MB"
-            )
+        # The input limit first: a file too large to parse is refused whatever it is.
+        check_size("", size, self.options)
         mime = detect.sniff(head, name=path.name, size=size)
-        text_limit = self.settings.parse_max_text_mb * 2**20
-        if mime in detect.TEXT_FAMILY and size > text_limit:
-            raise DocumentTooLargeError(
-                f"{size / 2**20:,.1f} MB of text is over the limit of "
-                f"{self.settings.parse_max_text_mb} MB for text formats"
-            )
+        check_size(mime, size, self.options)
         return mime
 
     def close(self) -> None:

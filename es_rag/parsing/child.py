@@ -101,6 +101,8 @@ def partition_file(path: str, sniffed: str, options: ParseOptions) -> ParsedFile
     """Parse one file (runs in the sandbox child: every byte of the file is read here)."""
     from unstructured.errors import DecompressedSizeExceededError, UnprocessableEntityError
 
+    if sniffed == detect.GZIP:
+        return _gunzipped(Path(path), options)
     mime = detect.resolve(path, sniffed, max_unzipped_bytes=options.max_unzipped_bytes)
     try:
         return _PARTITIONERS[mime](path, options)
@@ -120,6 +122,45 @@ def partition_file(path: str, sniffed: str, options: ParseOptions) -> ParsedFile
         if "password" in message.lower():
             raise EncryptedDocumentError(message) from None
         raise CorruptDocumentError(message) from None
+
+
+def _gunzipped(path: Path, options: ParseOptions) -> ParsedFile:
+    """A gzip-compressed file read as the document it holds, named without ``.gz``.
+
+    Debian compresses the text documentation it ships (``debian-reference.en.txt.gz``,
+    READMEs, changelogs, Info manuals). Inflated here, in the child, within the parse's
+    limits: the inflated document must pass the size checks a plain file does, and
+    inflating stops at the first byte past them (a gzip bomb costs nothing).
+    """
+    import gzip
+    import zlib
+
+    from es_rag.parsing.common import check_size
+
+    name = detect.inflated_name(path.name)
+    limit = min(options.max_input_bytes, options.max_unzipped_bytes)
+    with tempfile.TemporaryDirectory(prefix="es-rag-gunzip-") as folder:
+        inner = Path(folder) / name
+        size = 0
+        try:
+            with gzip.open(path, "rb") as packed, inner.open("wb") as out:
+                while block := packed.read(1 << 20):
+                    size += len(block)
+                    if size > limit:
+                        raise DocumentTooLargeError(
+                            f"the compressed file inflates past {limit / 2**20:,.0f} MB "
+                            "(the input limit): a gzip bomb or an oversized document"
+                        )
+                    out.write(block)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise CorruptDocumentError(f"a damaged gzip file: {exc}") from None
+        with inner.open("rb") as fh:
+            head = fh.read(detect.SNIFF_BYTES)
+        mime = detect.sniff(head, name=name, size=size)
+        if mime == detect.GZIP:
+            raise UnsupportedFormatError("a file compressed twice: inflate it once first")
+        check_size(mime, size, options)
+        return partition_file(str(inner), mime, options)
 
 
 def _ooxml_title(path: str) -> str | None:

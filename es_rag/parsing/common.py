@@ -37,10 +37,30 @@ class ParseOptions:
     ocr_languages: tuple[str, ...] = ()  # Tesseract codes; (): eng/chi_sim/chi_tra if installed
     ocr_dpi: int = 300
     max_unzipped_bytes: int = 1 << 30
+    max_input_bytes: int = 200 << 20  # a document as parsed (inflated, where compressed)
+    max_text_bytes: int = 20 << 20  # a text-format document (txt, md, html, csv, eml)
     mail_attachments: bool = True  # read a mail's attachments after its body
     # How deep in attached mails this file is: an attached mail's own attachments are
     # named, not read.
     attachment_depth: int = 0
+
+
+def check_size(mime: str, size: int, options: ParseOptions) -> None:
+    """Refuse a document over the input limit, or a text one over the text limit (text
+    costs far more to parse per byte than a PDF or a DOCX)."""
+    from es_rag.detect import TEXT_FAMILY
+    from es_rag.errors import DocumentTooLargeError
+
+    if size > options.max_input_bytes:
+        raise DocumentTooLargeError(
+            f"{size / 2**20:,.1f} MB is over the input limit of "
+            f"{options.max_input_bytes / 2**20:,.0f} MB"
+        )
+    if mime in TEXT_FAMILY and size > options.max_text_bytes:
+        raise DocumentTooLargeError(
+            f"{size / 2**20:,.1f} MB of text is over the limit of "
+            f"{options.max_text_bytes / 2**20:,.0f} MB for text formats"
+        )
 
 
 @dataclass

@@ -21,6 +21,7 @@ as a wall-clock one.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import pickle
 import random
@@ -28,6 +29,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import uuid
@@ -115,6 +117,23 @@ def _one_line(path: Path, plain: Path) -> None:
 def _plain_zip(path: Path, plain: Path) -> None:
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("notes.txt", "A text file inside a plain zip archive.\n")
+
+
+def _gzip_bomb(path: Path, plain: Path) -> None:
+    """100 MB of one byte in about 100 KB: past the 64 MB the tests let a file inflate to."""
+    with gzip.open(path, "wb") as out:
+        for _ in range(100):
+            out.write(b"a" * (1 << 20))
+
+
+def _truncated_gzip(path: Path, plain: Path) -> None:
+    packed = gzip.compress(documents.MARKDOWN_DOC.encode() * 20)
+    path.write_bytes(packed[: len(packed) // 2])
+
+
+def _tar_gz(path: Path, plain: Path) -> None:
+    with tarfile.open(path, "w:gz") as archive:
+        archive.add(plain, arcname="handbook.docx")
 
 
 def _opendocument(path: Path, plain: Path) -> None:
@@ -228,6 +247,16 @@ CASES = [
          DocumentTooLargeError, "decompression bomb", profile="tight"),
     Case("truncated PNG", "27-truncated.png", _truncated_png, CorruptDocumentError,
          "a damaged image", profile="tight"),
+    Case("gzip bomb", "28-gzip-bomb.txt.gz", _gzip_bomb, DocumentTooLargeError,
+         "inflates past 64 MB"),
+    Case("truncated gzip", "29-truncated.md.gz", _truncated_gzip, CorruptDocumentError,
+         "a damaged gzip file"),
+    Case("binary data, gzip-compressed", "29a-binary.txt.gz",
+         _write(gzip.compress(random.Random(9).randbytes(8192))), UnsupportedFormatError,
+         "binary data"),
+    Case("text inflating past the 1 MB text limit", "29b-huge.html.gz",
+         _write(gzip.compress(b"<html><body>" + b"<p>Lorem ipsum.</p>\n" * 100_000)),
+         DocumentTooLargeError, "MB of text is over the limit of 1 MB", profile="tight"),
     # Not in the CLI's folder: they need the base or tight profile to mean what they test.
     Case("image, OCR off", "30-image-without-ocr.png",
          lambda p, _: documents.png_scan(p, documents.SCAN_EN), EmptyDocumentError,
@@ -237,6 +266,8 @@ CASES = [
          "memory limit (128 MB)", (("limit", "memory"),), profile="tight", in_cli=False),
     Case("a directory path", "32-a-folder", lambda p, _: p.mkdir(), InputError,
          "a directory, not a file", budget_s=CALLER, in_cli=False),
+    Case("a compressed tar archive", "32a-archive.tar.gz", _tar_gz, UnsupportedFormatError,
+         "a tar archive", in_cli=False),  # a walk leaves *.tar.gz out
     # es-rag got these wrong when this was written; each is asserted as it should behave.
     Case("Markdown nested 300 deep", "33-deep-quote.md",
          lambda p, _: documents.deep_markdown(p, depth=300), ParseLimitError, "nest",
@@ -254,6 +285,7 @@ GOOD = {
     "good-handbook.docx": detect.DOCX,
     "good-operations-manual.pdf": detect.PDF,
     "good-report-really-a-docx.pdf": detect.DOCX,  # judged by its bytes, not its name
+    "good-release-notes.md.gz": detect.MARKDOWN,  # read as the file it holds
     "zz-more/good-faq.md": detect.MARKDOWN,
 }
 
@@ -278,6 +310,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     plain = documents.docx_handbook(folder / "good-handbook.docx")
     shutil.copyfile(plain, folder / "good-report-really-a-docx.pdf")
     documents.pdf_text(folder / "good-operations-manual.pdf")
+    (folder / "good-release-notes.md.gz").write_bytes(
+        gzip.compress(b"# Release notes\n\n## 2.1\n\nThe importer now keeps file dates.\n")
+    )
     (folder / "19b-good-after-the-cpu-kill.md").write_text(documents.MARKDOWN_DOC)
     (folder / "zz-more" / "good-faq.md").write_text(
         "# FAQ\n\n## Parking\n\nThe garage under building B has two hundred spaces.\n"

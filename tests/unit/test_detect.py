@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -38,6 +39,7 @@ LIMIT = 50 * 2**20
         (b"II*\x00\x08\x00\x00\x00", detect.TIFF),
         (b"MM\x00*\x00\x00\x00\x08", detect.TIFF),
         (b"RIFF\x24\x00\x00\x00WEBPVP8 ", detect.WEBP),
+        (b"\x1f\x8b\x08\x08\x00\x00\x00\x00\x00\x03README.md\x00", detect.GZIP),
         (b"BM" + b"\x36\x00\x0c\x00" + b"\x00" * 8 + (40).to_bytes(4, "little"), detect.BMP),
         (b"{\\rtf1\\ansi\\ansicpg1252\\deff0{\\fonttbl", detect.RTF),  # text, but markup
         (b"\xef\xbb\xbf\r\n{\\rtf1\\ansi", detect.RTF),
@@ -46,6 +48,30 @@ LIMIT = 50 * 2**20
 def test_signatures(head: bytes, expected: str) -> None:
     # the name lies on purpose: bytes decide, not the extension
     assert sniff(head, name="report.txt", size=len(head) + 1000) == expected
+
+
+def test_a_tar_archive_is_refused_with_what_to_do() -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.addfile(tarfile.TarInfo("notes.txt"), io.BytesIO(b""))
+    with pytest.raises(UnsupportedFormatError, match="a tar archive: unpack it"):
+        sniff(buffer.getvalue()[: detect.SNIFF_BYTES], name="notes.tar")
+
+
+@pytest.mark.parametrize(
+    ("name", "inflated"),
+    [
+        ("README.md.gz", "README.md"),
+        ("changelog.Debian.gz", "changelog.Debian"),
+        ("MANUAL.TXT.GZ", "MANUAL.TXT"),
+        ("docs.tgz", "docs.tar"),
+        ("sub/site.tar.gz", "sub/site.tar"),
+        (".gz", ".gz"),  # nothing left to name it by
+        ("notes.md", "notes.md"),
+    ],
+)
+def test_a_compressed_file_is_named_as_what_it_holds(name: str, inflated: str) -> None:
+    assert detect.inflated_name(name) == inflated
 
 
 def test_bm_prefix_alone_is_text_not_a_bitmap() -> None:
@@ -131,7 +157,7 @@ def test_empty_file() -> None:
     [
         b"\x7fELF\x02\x01\x01\x00\x00\x00\x00",
         b"MZ\x90\x00\x03\x00\x00\x00",
-        b"\x1f\x8b\x08\x00\x00\x00\x00\x00",  # gzip: a NUL in the header
+        b"\x1f\x8d\x08\x00\x00\x00\x00\x00",  # not quite gzip: a NUL in the header
         bytes(range(1, 32)) * 4,  # control characters, no NUL
     ],
 )

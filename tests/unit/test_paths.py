@@ -43,6 +43,9 @@ def test_a_walk_leaves_out_a_built_sites_machinery_and_lists_it(tmp_path: Path) 
         "_sources/index.rst.txt",
         "objects.inv",
         "downloads/docs.tar.gz",
+        "downloads/docs.tgz",
+        "manual.txt.gz",
+        "sitemap.xml.gz",
         "node_modules/pkg/README.md",
     ):
         (site / name).parent.mkdir(parents=True, exist_ok=True)
@@ -61,14 +64,18 @@ def test_a_walk_leaves_out_a_built_sites_machinery_and_lists_it(tmp_path: Path) 
         "_sources": "_sources/",
         "node_modules": "node_modules/",
         "objects.inv": "objects.inv",
-        "downloads/docs.tar.gz": "*.gz",
+        # a compressed file is judged by the name it inflates to as well
+        "downloads/docs.tar.gz": "*.tar",
+        "downloads/docs.tgz": "*.tar",
+        "manual.txt.gz": None,
+        "sitemap.xml.gz": "sitemap.xml",
     }
     # Named itself, a file is read whatever its name; without the defaults, all is walked.
     assert left_out(site / "css" / "theme.css", root=site, exclude=WalkFilter()) == {
         "css/theme.css": None
     }
     everything = left_out(site, root=site, exclude=WalkFilter(defaults=False))
-    assert len(everything) == 14 and set(everything.values()) == {None}
+    assert len(everything) == 17 and set(everything.values()) == {None}
 
 
 def test_walk_patterns_follow_gitignore(tmp_path: Path) -> None:
