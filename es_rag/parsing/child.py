@@ -1070,7 +1070,13 @@ def _largest_line(path: str) -> str | None:
     largest = max(size for size, _, _ in lines)
     if largest <= min(size for size, _, _ in lines):
         return None  # one size throughout: no title to tell apart
-    title = " ".join(text for size, _, text in sorted(lines, key=lambda x: x[1]) if size == largest)
+    ordered = [(size == largest, text) for size, _, text in sorted(lines, key=lambda x: x[1])]
+    runs = [i for i, (big, _) in enumerate(ordered) if big and (i == 0 or not ordered[i - 1][0])]
+    if len(runs) > 1:
+        # The largest type in several places (a manual page's NAME, SYNOPSIS, ...): the
+        # style of headings, not a title.
+        return None
+    title = " ".join(text for big, text in ordered if big)
     return title if is_heading(title) and len(title) <= 200 else None
 
 

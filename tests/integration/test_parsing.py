@@ -682,6 +682,42 @@ def test_mail_in_a_charset_python_does_not_know_is_read(parser: Parser, tmp_path
     assert [e.text for e in doc.elements][-1] == "The valve needs grease."
 
 
+def _pdf_lines(path: Path, lines: list[tuple[int, str]]) -> Path:
+    """One page of (font size, line) from the top, without metadata: the title is guessed."""
+    from reportlab.pdfgen import canvas
+
+    page = canvas.Canvas(str(path))
+    y = 780
+    for size, text in lines:
+        page.setFont("Helvetica-Bold" if size > 11 else "Helvetica", size)
+        page.drawString(72, y, text)
+        y -= size * 2
+    page.save()
+    return path
+
+
+def test_pdf_title_is_a_title_page_line_not_the_heading_style(
+    parser: Parser, tmp_path: Path
+) -> None:
+    """A PDF without a title: the first page's line in the largest type names it, unless
+    that type recurs down the page between smaller lines, as a manual page's NAME,
+    SYNOPSIS and DESCRIPTION do (groff's PDFs, Debian's bash.pdf, were titled with the
+    headings joined: "NAME SYNOPSIS COPYRIGHT DESCRIPTION OPTIONS")."""
+    body = "The shell reads commands from the terminal or from a file given to it."
+    manual = _pdf_lines(
+        tmp_path / "bash.pdf",
+        [(14, "NAME"), (11, "bash - GNU Bourne-Again SHell"), (14, "SYNOPSIS"),
+         (11, "bash [options] [file]"), (14, "DESCRIPTION"), (11, body)],
+    )  # fmt: skip
+    assert parser.parse(manual).title == "bash"
+    book = _pdf_lines(
+        tmp_path / "book.pdf",
+        [(20, "Reference Manual of"), (20, "the Garden Irrigation System"), (11, body),
+         (14, "Introduction"), (11, body)],
+    )  # fmt: skip
+    assert parser.parse(book).title == "Reference Manual of the Garden Irrigation System"
+
+
 def test_word_code_styles_make_code(parsed: Callable[[str], ParsedFile]) -> None:
     """Unstructured reports no paragraph style; es-rag reads them (python-docx): a command
     alone in "Source Code", a listing a line a paragraph in a style based on "Code" (one
