@@ -13,7 +13,9 @@
   so does any heading that is code or a fragment of a sentence (es_rag.headings).
 - Tables of contents and indexes (pages of dot-leader lines or of "term, 12, 45" lines)
   become ``contents`` elements, which the chunker keeps apart and search leaves out.
-- A PDF's outline, when it has one, gives the headings (es_rag.outline).
+- A PDF's outline, when it has one, gives the headings (es_rag.outline). Without one,
+  guessed headings numbered as a hierarchy ("Chapter 3", "3.2", "3.2.1") take their level
+  from their number (:func:`number_levels`).
 """
 
 from __future__ import annotations
@@ -358,4 +360,51 @@ def clean(
     out = remove_furniture(out, layout=layout)
     if layout:
         out = merge_continuations(out)
+    if guessed_titles and not entries:
+        out = number_levels(out)
+    return out
+
+
+# "Chapter 3", "Appendix B", "Part 2" (level 1); "3.2.1 The hostname", "A.1. The maze",
+# "4 Results" (levels from the count of numbers). Not "2023 Report", not "A new start".
+_CHAPTER = re.compile(r"^(?:chapter|part|appendix)\s+(?:\d{1,2}|[A-Z])\b", re.IGNORECASE)
+_SECTION = re.compile(r"^(?:\d{1,2}|[A-Z](?=\.\d))((?:\.\d{1,3})*)\.?\s+\S")
+_MIN_NESTED = 2  # numbered sub-sections that show a document numbers its sections
+MAX_LEVEL = 6
+
+
+def _number_depth(text: str) -> int | None:
+    if _CHAPTER.match(text):
+        return 1
+    match = _SECTION.match(text)
+    return 1 + match.group(1).count(".") if match else None
+
+
+def numbered(text: str) -> bool:
+    """Whether a heading opens with a section number: a section, never a document title."""
+    return _number_depth(text.strip()) is not None
+
+
+def number_levels(elements: Sequence[Element]) -> list[Element]:
+    """Guessed headings with levels from their numbers, where the document numbers its
+    sections as a hierarchy (at least two sub-sections such as "3.2").
+
+    A plain-text manual or a PDF without bookmarks gives its headings no levels, so each
+    replaced the last in a chunk's title path ("3.2.1. The hostname", not "Chapter 3 ›
+    3.2. Systemd init › 3.2.1. The hostname"). An unnumbered heading ("Note", "Table
+    3.1") sits under the last numbered one; before the first it is at the top.
+    """
+    depths = [_number_depth(el.text) if el.kind == "title" else None for el in elements]
+    if sum(1 for d in depths if d and d > 1) < _MIN_NESTED:
+        return list(elements)
+    out = []
+    current = 0  # the depth of the last numbered heading
+    for el, depth in zip(elements, depths, strict=True):
+        if el.kind == "title" and el.level is None:
+            if depth:
+                current = min(depth, MAX_LEVEL)
+                el = replace(el, level=current)
+            else:
+                el = replace(el, level=min(current + 1, MAX_LEVEL))
+        out.append(el)
     return out

@@ -251,13 +251,17 @@ def _family(mime: str) -> str:
 
 
 def _title(meta_title: str | None, elements: list[Element]) -> str | None:
-    """The file's own title when it is a real one, else a heading that opens the document."""
+    """The file's own title when it is a real one, else a heading that opens the document
+    (a numbered one, "1. Introduction", is a section)."""
+    from es_rag.cleaning import numbered
+
     if meta_title:
         meta_title = " ".join(meta_title.split())
         if meta_title and not JUNK_TITLE.match(meta_title):
             return meta_title
     for el in elements[:3]:
-        if el.kind == "title" and el.level == 1:  # a declared top heading, not a guess
+        if el.kind == "title" and el.level == 1 and not numbered(el.text):
+            # declared, or guessed at the top of a document that numbers its sections
             return " ".join(el.text.split())
         if el.kind not in ("title", "header"):
             break

@@ -15,6 +15,8 @@ from es_rag.cleaning import (
     join_broken_lines,
     merge_continuations,
     normalize_text,
+    number_levels,
+    numbered,
     remove_furniture,
 )
 from es_rag.parsing.common import paragraphs
@@ -588,3 +590,43 @@ def test_paragraphs_leave_out_a_clear_signed_message_armour() -> None:
         ("The newsletter is back after a long break, with its archive.", "text"),
         ("Signed off.", "text"),
     ]
+
+
+def _levels(lines: Sequence[tuple[ElementKind, str]]) -> list[tuple[int | None, str]]:
+    elements = [Element(kind=kind, text=text) for kind, text in lines]
+    return [(e.level, e.text) for e in number_levels(elements) if e.kind == "title"]
+
+
+def test_numbered_headings_take_their_level_from_their_number() -> None:
+    """Debian Reference as plain text: without levels every heading replaced the last."""
+    body: tuple[ElementKind, str] = ("text", "Some words of the section.")
+    assert _levels(
+        [("title", "Debian Reference"), body, ("title", "Chapter 3. The system initialization"),
+         body, ("title", "3.2. Systemd init"), body, ("title", "3.2.1. The hostname"), body,
+         ("title", "Note"), body, ("title", "3.3. The kernel message"), body,
+         ("title", "Appendix A. Appendix"), ("title", "A.1. The Debian maze"), body,
+         ("title", "4 Results"), body]
+    ) == [
+        (1, "Debian Reference"),  # before any number: at the top
+        (1, "Chapter 3. The system initialization"),
+        (2, "3.2. Systemd init"),
+        (3, "3.2.1. The hostname"),
+        (4, "Note"),  # under the last numbered heading
+        (2, "3.3. The kernel message"),
+        (1, "Appendix A. Appendix"),
+        (2, "A.1. The Debian maze"),
+        (1, "4 Results"),
+    ]  # fmt: skip
+
+
+def test_numbers_that_are_no_hierarchy_leave_the_levels_alone() -> None:
+    # One sub-section is no scheme; a year, "A new start" and a list are not numbers.
+    lines: list[tuple[ElementKind, str]] = [
+        ("title", "2023 Annual report"), ("title", "A new start"), ("title", "1. Install"),
+        ("title", "2. Configure"), ("title", "2.1 Options"), ("title", "Summary"),
+    ]  # fmt: skip
+    assert {level for level, _ in _levels(lines)} == {None}
+    assert [numbered(text) for _, text in lines] == [False, False, True, True, True, False]
+    # Declared levels (a PDF's outline, a DOCX's styles) are never changed.
+    declared = [Element(kind="title", text=f"{n}.1 Part", level=5) for n in range(3)]
+    assert [e.level for e in number_levels(declared)] == [5, 5, 5]
