@@ -69,7 +69,10 @@ __all__ = [
 #    line after its sender and recipients; Excel and Word 97-2003 (.xls, .doc) read
 # 7: AsciiDoc (es_rag.asciidoc) and reStructuredText (es_rag.rst) read for their
 #    structure, also in files named .txt
-ES_RAG_PARSING = "7"
+# 8: gzip-compressed documents read as the file they hold; guessed headings numbered as a
+#    hierarchy take levels from their numbers; a PDF's title is not guessed from a type
+#    that recurs down its first page (a manual page's NAME, SYNOPSIS, ...)
+ES_RAG_PARSING = "8"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
 INLINE = frozenset({detect.MARKDOWN, detect.ASCIIDOC})
