@@ -211,10 +211,9 @@ def _text_head(head: bytes, *, suffix: str, truncated: bool) -> str:
         elif suffix in _DECLARED_CHARSET:
             return head.decode("latin-1")  # the parser reads the declared charset
         else:
-            raise UnsupportedFormatError(
-                f"not UTF-8 text (invalid byte 0x{head[exc.start]:02x} at offset {exc.start}); "
-                "save the file as UTF-8"
-            ) from None
+            text = western_text(head) or ""
+            if not text:
+                raise not_utf8(head, exc.start) from None
     controls = sum(1 for ch in text[:8192] if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
     if controls > max(8, len(text[:8192]) // 20):
         raise UnsupportedFormatError(
@@ -222,6 +221,44 @@ def _text_head(head: bytes, *, suffix: str, truncated: bool) -> str:
             f"{min(len(text), 8192)}); supported: {SUPPORTED_LABEL}"
         )
     return text
+
+
+# Bytes that stand for letters in a one-byte code page: UTF-8 never holds four in a row
+# that are not one character (its sequences are 2-4 bytes, each then ASCII or a new lead).
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]{4,}")
+# A UTF-8 sequence, or one cut by the end of the file.
+_UTF8_SEQUENCE = re.compile(
+    rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}"
+    rb"|[\xe0-\xf4][\x80-\xbf]{1,2}\Z"
+)
+_HIGH = bytes(range(0x80, 0x100))
+
+
+def western_text(data: bytes) -> str | None:
+    """``data``, not UTF-8, read as Windows-1252 (a superset of Latin-1) where it plainly is
+    Western European text: an old README, a changelog, a text saved by an older editor
+    ("Caf\\xe9 au lait"). Its non-ASCII bytes must decode, be at most a third of the
+    text, come alone or at most three together (as é, ü, ß do in words), and hold no
+    UTF-8 sequence (a UTF-8 file with one stray byte would read as mojibake).
+
+    Cyrillic or Greek in their one-byte code pages, and Chinese or Japanese in two-byte
+    ones, make runs of non-ASCII letters: None, and the file is refused, never guessed.
+    """
+    high = len(data) - len(data.translate(None, _HIGH))
+    if not high or high * 3 > len(data) or _UTF8_SEQUENCE.search(data):
+        return None
+    try:
+        text = data.decode("cp1252")
+    except UnicodeDecodeError:  # 0x81, 0x8d, 0x8f, 0x90, 0x9d stand for nothing
+        return None
+    return None if _NON_ASCII_RUN.search(text) else text
+
+
+def not_utf8(data: bytes, at: int) -> UnsupportedFormatError:
+    return UnsupportedFormatError(
+        f"not UTF-8 text (invalid byte 0x{data[at]:02x} at offset {at}), nor Western "
+        "European text in Windows-1252; save the file as UTF-8"
+    )
 
 
 def _looks_like_mail(text: str) -> bool:

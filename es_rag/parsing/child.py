@@ -732,7 +732,8 @@ def _rtf(path: str, options: ParseOptions) -> ParsedFile:
 
 
 def _decoded(path: str) -> tuple[str, str]:
-    """The whole file as text, and its encoding: UTF-8, or UTF-16 with a byte-order mark.
+    """The whole file as text, and its encoding: UTF-8, UTF-16 with a byte-order mark, or
+    plainly Western European text in Windows-1252 (``detect.western_text``).
 
     The sniff saw only the head; a bad byte further on is the same error. Other encodings
     are refused rather than guessed (a wrong guess indexes mojibake).
@@ -742,10 +743,10 @@ def _decoded(path: str) -> tuple[str, str]:
     try:
         return data.decode(encoding), encoding
     except UnicodeDecodeError as exc:
-        raise UnsupportedFormatError(
-            f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "save the file as UTF-8"
-        ) from None
+        text = detect.western_text(data) if encoding != "utf-16" else None
+        if text is None:
+            raise detect.not_utf8(data, exc.start) from None
+        return text, "cp1252"
 
 
 def _email(path: str, options: ParseOptions) -> ParsedFile:

@@ -193,12 +193,13 @@ CASES = [
          cli_reason="MB of text is over the limit"),
     Case("binary data named .txt", "10-binary.txt", _write(random.Random(7).randbytes(8192)),
          UnsupportedFormatError, "binary data", budget_s=CALLER),
-    Case("invalid UTF-8 (in the head)", "11-invalid-utf8.txt",
-         _write(b"Caf\xe9 au lait, written in Latin-1.\n"), UnsupportedFormatError,
-         "not UTF-8 text (invalid byte 0xe9 at offset 3)", budget_s=CALLER),
-    Case("invalid UTF-8 after 64 KiB (child)", "12-invalid-utf8-after-64k.txt",
-         _write(b"ascii text line\n" * (LATE_OFFSET // 16) + b"caf\xe9\n"),
-         UnsupportedFormatError, f"invalid byte 0xe9 at offset {LATE_OFFSET + 3}"),
+    Case("text in neither UTF-8 nor Windows-1252 (in the head)", "11-invalid-utf8.txt",
+         _write("Привет, мир: текст в Windows-1251.\n".encode("cp1251")), UnsupportedFormatError,
+         "not UTF-8 text (invalid byte 0xcf at offset 0)", budget_s=CALLER),
+    Case("text in neither UTF-8 nor Windows-1252 after 64 KiB (child)",
+         "12-invalid-utf8-after-64k.txt",
+         _write(b"ascii text line\n" * (LATE_OFFSET // 16) + "в Москве\n".encode("cp1251")),
+         UnsupportedFormatError, f"invalid byte 0xe2 at offset {LATE_OFFSET}"),
     Case("ELF binary named .pdf", "13-elf-binary.pdf",
          _write(b"\x7fELF\x02\x01\x01\x00" + bytes(8) + random.Random(8).randbytes(4096)),
          UnsupportedFormatError, "binary data", budget_s=CALLER),
@@ -272,8 +273,9 @@ CASES = [
     Case("Markdown nested 300 deep", "33-deep-quote.md",
          lambda p, _: documents.deep_markdown(p, depth=300), ParseLimitError, "nest",
          (("limit", "depth"),), in_cli=False),
-    Case("CSV, invalid UTF-8 after 64 KiB", "34-invalid-utf8-after-64k.csv",
-         _write(b"city,country\n" + b"Lyon,France\n" * 6000 + b"Z\xfcrich,Switzerland\n"),
+    Case("CSV, neither UTF-8 nor Windows-1252 after 64 KiB", "34-invalid-utf8-after-64k.csv",
+         _write(b"city,country\n" + b"Lyon,France\n" * 6000
+                + "Москва,Россия\n".encode("cp1251")),
          UnsupportedFormatError, "not UTF-8 text", in_cli=False),
 ]  # fmt: skip
 
@@ -286,6 +288,7 @@ GOOD = {
     "good-operations-manual.pdf": detect.PDF,
     "good-report-really-a-docx.pdf": detect.DOCX,  # judged by its bytes, not its name
     "good-release-notes.md.gz": detect.MARKDOWN,  # read as the file it holds
+    "good-latin1-changelog.txt": detect.TEXT,  # Windows-1252, after 64 KiB of ASCII
     "zz-more/good-faq.md": detect.MARKDOWN,
 }
 
@@ -310,6 +313,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     plain = documents.docx_handbook(folder / "good-handbook.docx")
     shutil.copyfile(plain, folder / "good-report-really-a-docx.pdf")
     documents.pdf_text(folder / "good-operations-manual.pdf")
+    (folder / "good-latin1-changelog.txt").write_bytes(
+        b"ascii text line\n" * (LATE_OFFSET // 16) + "Fixed the café's menu.\n".encode("cp1252")
+    )
     (folder / "good-release-notes.md.gz").write_bytes(
         gzip.compress(b"# Release notes\n\n## 2.1\n\nThe importer now keeps file dates.\n")
     )
@@ -471,6 +477,8 @@ def test_good_files_parse_by_their_content(
     parsed = parsers["base"].parse(corpus / "cli" / name)
     assert parsed.mime == GOOD[name]
     assert len(parsed.text) > 40
+    if "latin1" in name:
+        assert parsed.text.endswith("Fixed the café's menu.")
 
 
 def test_utf16_text_is_read_or_refused_never_called_corrupt(

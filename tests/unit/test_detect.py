@@ -172,12 +172,33 @@ def test_a_few_control_characters_are_still_text() -> None:
     assert sniff(head, name="x.txt", size=len(head)) == detect.TEXT
 
 
-@pytest.mark.parametrize("name", ["latin1.txt", "latin1.md", "latin1.csv", "latin1"])
-def test_non_utf8_text_is_refused(name: str) -> None:
-    head = "café crème, naïve façade\n".encode("latin-1")
-    with pytest.raises(UnsupportedFormatError, match="UTF-8") as info:
-        sniff(head, name=name, size=len(head))
-    assert "0xe9" in str(info.value)
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("latin1.txt", detect.TEXT), ("latin1.md", detect.MARKDOWN), ("latin1.csv", detect.CSV),
+     ("latin1", detect.TEXT)],
+)  # fmt: skip
+def test_western_european_text_in_a_one_byte_code_page_is_read(name: str, expected: str) -> None:
+    head = "café’s crème, naïve façade – “Größe” costs 5 €\n".encode("cp1252")
+    assert sniff(head, name=name, size=len(head)) == expected
+    assert detect.western_text(head) == head.decode("cp1252")
+
+
+@pytest.mark.parametrize(
+    ("head", "byte"),
+    [
+        ("Привет, мир: это текст в кодировке Windows-1251.\n".encode("cp1251"), "0xcf"),
+        ("Καλημέρα κόσμε, κείμενο σε Windows-1253.\n".encode("cp1253"), "0xca"),
+        ("中文文本，使用 GBK 编码保存。\n".encode("gbk"), "0xd6"),
+        ("日本語のテキスト、Shift_JIS。\n".encode("shift_jis"), "0x93"),
+        # UTF-8 with one stray Latin-1 byte: as Windows-1252 "é" would read "Ã©"
+        ("déjà vu, ".encode() + b"caf\xe9\n", "0xe9"),
+        (b"undefined in Windows-1252: \x81\x8d\n", "0x81"),
+    ],
+)
+def test_other_encodings_are_refused_not_guessed(head: bytes, byte: str) -> None:
+    with pytest.raises(UnsupportedFormatError, match="not UTF-8 text") as info:
+        sniff(head, name="notes.txt", size=len(head))
+    assert byte in str(info.value) and "Windows-1252" in str(info.value)
 
 
 @pytest.mark.parametrize(("name", "expected"), [("x.html", detect.HTML), ("x.eml", detect.EMAIL)])
@@ -204,7 +225,7 @@ def test_truncated_char_at_the_true_end_of_file_is_an_error() -> None:
 
 
 def test_invalid_byte_before_the_window_end_is_still_an_error() -> None:
-    head = b"abc \xff def" + b" more" * 10
+    head = b"abc \x81 def" + b" more" * 10  # 0x81: nothing in Windows-1252 either
     with pytest.raises(UnsupportedFormatError):
         sniff(head, name="a.txt", size=10**6)
 
