@@ -73,6 +73,8 @@ __all__ = [
 #    hierarchy take levels from their numbers; a PDF's title is not guessed from a type
 #    that recurs down its first page (a manual page's NAME, SYNOPSIS, ...); text that is
 #    plainly Western European in Windows-1252 (Latin-1) read instead of refused
+#    plainly Western European in Windows-1252 (Latin-1) read instead of refused; HTML
+#    lists made of links (generated indexes, site maps, toctrees) are contents
 ES_RAG_PARSING = "8"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.

@@ -420,8 +420,9 @@ def _chrome(el: Any) -> bool:
     return bool(_CHROME_CLASSES & set((el.get("class") or "").lower().split()))
 
 
-def _page_content(data: bytes) -> tuple[str, str | None]:
-    """A documentation page without its site's chrome, and its own title.
+def _page_content(data: bytes) -> tuple[str, str | None, set[str]]:
+    """A documentation page without its site's chrome, its own title, and the texts of
+    its lists of links (:func:`_link_lists`).
 
     The page's ``<main>`` or ``[role=main]`` (all of them, when pages were joined into
     one) when it has one, else the whole body; then navigation, sidebars, tables of
@@ -466,7 +467,44 @@ def _page_content(data: bytes) -> tuple[str, str | None]:
     heading = " ".join(h1[0].text_content().split()) if h1 else ""
     site = root.xpath("string(//meta[@property='og:site_name']/@content)").strip()
     html = etree.tostring(body, encoding="unicode", method="html")
-    return html, _site_free_title(title, _PERMALINK.sub("", heading), site)
+    return html, _site_free_title(title, _PERMALINK.sub("", heading), site), _link_lists(body)
+
+
+_LINK_LIST_MIN = 8  # links in a list
+_LINK_LIST_SHARE = 0.75  # of the list's text in its links
+
+
+def _link_lists(body: Any) -> set[str]:
+    """The texts of the items of lists made of links: a generated index (Sphinx's
+    ``genindex``), a site map, a chapter page listing its pages, a cross-reference.
+
+    They become ``contents`` elements, stored and left out of search, as a PDF's table of
+    contents and index are: every entry names a topic it does not explain, so it matched
+    questions ahead of the pages that answer them (SQLite's cross-reference pages gave
+    1,140 chunks of "keyword → page" lines). A list with words of its own beside its
+    links (a link and a sentence on it per item) stays text.
+    """
+    texts: set[str] = set()
+    for found in body.xpath(".//ul | .//ol | .//dl"):
+        if found.xpath("ancestor::ul | ancestor::ol | ancestor::dl"):
+            continue  # judged with the list it is in
+        links = found.xpath(".//a[@href]")
+        if len(links) < _LINK_LIST_MIN:
+            continue
+        linked = sum(len(" ".join(a.text_content().split())) for a in links)
+        if linked < _LINK_LIST_SHARE * len(" ".join(found.text_content().split())):
+            continue
+        for item in found.xpath(".//li | .//dt | .//dd"):
+            texts.add(" ".join(item.text_content().split()))
+            # Its own line, without the lists under it (the partitioner's element).
+            own = [item.text or ""]
+            for child in item:
+                if child.tag not in ("ul", "ol", "dl"):
+                    own.append(child.text_content())
+                own.append(child.tail or "")
+            texts.add(" ".join(" ".join(own).split()))
+    texts.discard("")
+    return texts
 
 
 def _layout_table(table: Any) -> bool:
@@ -571,10 +609,16 @@ def _html_elements(data: bytes) -> tuple[list[Element], str | None]:
     """A page's elements, its chrome left out, and its own title."""
     _check_depth(data)
     try:
-        page, title = _page_content(data)
+        page, title, links = _page_content(data)
     except Exception as exc:  # lxml refuses what it cannot read at all
         raise CorruptDocumentError(f"unreadable HTML: {exc}") from None
-    return _partitioned(page), title
+    elements = [
+        replace(e, kind="contents", level=None)
+        if e.kind in ("list_item", "text") and " ".join(e.text.split()) in links
+        else e
+        for e in _partitioned(page)
+    ]
+    return elements, title
 
 
 def _partitioned(page: str) -> list[Element]:

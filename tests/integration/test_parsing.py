@@ -577,6 +577,35 @@ def test_html_keeps_main_content_only(parsed: Callable[[str], ParsedFile]) -> No
     assert password.title_path == ("Help Center", "Accounts", "Passwords")
 
 
+def test_html_lists_of_links_are_contents(parser: Parser, tmp_path: Path) -> None:
+    """A chapter page listing its pages (Sphinx's toctree) or a generated index: its
+    entries are contents (stored, left out of search), its own words stay text; a list
+    whose items say something beside their link is text too."""
+    modules = "".join(
+        f'<li><a href="lib/m{n}.html">m{n} \u2014 Module number {n}</a>'
+        f'<ul><li><a href="lib/m{n}.html#api">API of m{n}</a></li></ul></li>'
+        for n in range(6)
+    )
+    described = "".join(
+        f'<li><a href="r{n}.html">Recipe {n}</a>: how to bake bread of kind {n} at home.</li>'
+        for n in range(10)
+    )
+    page = tmp_path / "internet.html"
+    page.write_text(
+        "<html><head><title>Internet Protocols</title></head><body><main>"
+        "<h1>Internet Protocols</h1><p>The modules in this chapter implement protocols.</p>"
+        f"<ul>{modules}</ul><h2>Recipes</h2><ul>{described}</ul></main></body></html>"
+    )
+    doc = parser.parse(page)
+    kinds = {e.text: e.kind for e in doc.elements}
+    assert kinds["The modules in this chapter implement protocols."] == "text"
+    assert kinds["m3 \u2014 Module number 3"] == "contents"
+    assert kinds["API of m3"] == "contents"
+    assert kinds["Recipe 4: how to bake bread of kind 4 at home."] == "list_item"
+    listed = [c for c in chunk(doc, SMALL) if "Module number 3" in c.content]
+    assert listed and all("contents" in c.element_types for c in listed)
+
+
 @pytest.mark.parametrize(
     "config", [SMALL, {"size": 8, "overlap": 2, "parent_size": 40}], ids=["small", "size-8"]
 )
