@@ -72,7 +72,6 @@ __all__ = [
 # 8: gzip-compressed documents read as the file they hold; guessed headings numbered as a
 #    hierarchy take levels from their numbers; a PDF's title is not guessed from a type
 #    that recurs down its first page (a manual page's NAME, SYNOPSIS, ...); text that is
-#    plainly Western European in Windows-1252 (Latin-1) read instead of refused
 #    plainly Western European in Windows-1252 (Latin-1) read instead of refused; HTML
 #    lists made of links (generated indexes, site maps, toctrees) are contents
 ES_RAG_PARSING = "8"
