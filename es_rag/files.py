@@ -28,13 +28,15 @@ if TYPE_CHECKING:
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     # a site's styles and scripts
     *("*.css", "*.scss", "*.sass", "*.less", "*.js", "*.mjs", "*.cjs", "*.map"),
-    # fonts, icons and vector drawings (es-rag reads no SVG, GIF or icon)
+    # fonts, icons and drawings (es-rag reads no SVG, GIF, icon or OpenDocument drawing)
     *("*.woff", "*.woff2", "*.ttf", "*.otf", "*.eot", "*.ico", "*.cur", "*.svg", "*.svgz"),
-    *("*.xpm", "*.xbm", "*.gif"),
+    *("*.xpm", "*.xbm", "*.gif", "*.odg", "*.odf"),
     # search indexes and site machinery of Sphinx and MkDocs
     *("objects.inv", "search_index.json", "sitemap.xml", "_static/", "_sources/"),
     # archives, and compressed files es-rag does not inflate
     *("*.tar", "*.zip", "*.jar", "*.7z", "*.rar", "*.bz2", "*.xz", "*.zst", "*.lz", "*.Z"),
+    # databases (SQLite's documentation ships its search and contents databases)
+    *("*.db", "*.sqlite", "*.sqlite3"),
     # compiled code and dependency trees
     *("*.pyc", "*.pyo", "*.so", "*.o", "*.a", "*.class", "*.dll", "*.exe"),
     *("__pycache__/", "node_modules/"),

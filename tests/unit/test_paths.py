@@ -46,6 +46,7 @@ def test_a_walk_leaves_out_a_built_sites_machinery_and_lists_it(tmp_path: Path) 
         "downloads/docs.tgz",
         "manual.txt.gz",
         "sitemap.xml.gz",
+        "search.d/search.db.gz",
         "node_modules/pkg/README.md",
     ):
         (site / name).parent.mkdir(parents=True, exist_ok=True)
@@ -69,13 +70,14 @@ def test_a_walk_leaves_out_a_built_sites_machinery_and_lists_it(tmp_path: Path) 
         "downloads/docs.tgz": "*.tar",
         "manual.txt.gz": None,
         "sitemap.xml.gz": "sitemap.xml",
+        "search.d/search.db.gz": "*.db",
     }
     # Named itself, a file is read whatever its name; without the defaults, all is walked.
     assert left_out(site / "css" / "theme.css", root=site, exclude=WalkFilter()) == {
         "css/theme.css": None
     }
     everything = left_out(site, root=site, exclude=WalkFilter(defaults=False))
-    assert len(everything) == 17 and set(everything.values()) == {None}
+    assert len(everything) == 18 and set(everything.values()) == {None}
 
 
 def test_walk_patterns_follow_gitignore(tmp_path: Path) -> None:
