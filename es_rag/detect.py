@@ -211,9 +211,10 @@ def _text_head(head: bytes, *, suffix: str, truncated: bool) -> str:
         elif suffix in _DECLARED_CHARSET:
             return head.decode("latin-1")  # the parser reads the declared charset
         else:
-            text = western_text(head) or ""
-            if not text:
+            legacy = legacy_text(head)
+            if legacy is None:
                 raise not_utf8(head, exc.start) from None
+            text = legacy[0]
     controls = sum(1 for ch in text[:8192] if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
     if controls > max(8, len(text[:8192]) // 20):
         raise UnsupportedFormatError(
@@ -232,32 +233,42 @@ _UTF8_SEQUENCE = re.compile(
     rb"|[\xe0-\xf4][\x80-\xbf]{1,2}\Z"
 )
 _HIGH = bytes(range(0x80, 0x100))
+_DAMAGE_PER_BYTES = 10_000  # damaged bytes a UTF-8 text may hold: one per 10 KB, at least one
 
 
-def western_text(data: bytes) -> str | None:
-    """``data``, not UTF-8, read as Windows-1252 (a superset of Latin-1) where it plainly is
-    Western European text: an old README, a changelog, a text saved by an older editor
-    ("Caf\\xe9 au lait"). Its non-ASCII bytes must decode, be at most a third of the
-    text, come alone or at most three together (as é, ü, ß do in words), and hold no
-    UTF-8 sequence (a UTF-8 file with one stray byte would read as mojibake).
+def legacy_text(data: bytes) -> tuple[str, str] | None:
+    """Text that is not valid UTF-8 but plainly readable, and how it was read; else None.
+
+    - UTF-8 with a few damaged bytes (a changelog that many hands edited: bash-doc's has
+      one byte of 147 KB cut from its character): read as UTF-8, each damaged byte a
+      U+FFFD, where there is at most one per 10 KB ("utf-8").
+    - Western European text from an older editor ("Caf\\xe9 au lait"), Windows-1252, a
+      superset of Latin-1 ("cp1252"): where it holds no UTF-8 sequence (a UTF-8 file
+      with one stray byte would read as mojibake), its non-ASCII bytes decode, are at
+      most a third of it, and never come four in a row (as é, ü, ß come in words).
 
     Cyrillic or Greek in their one-byte code pages, and Chinese or Japanese in two-byte
     ones, make runs of non-ASCII letters: None, and the file is refused, never guessed.
     """
+    if _UTF8_SEQUENCE.search(data):
+        text = data.decode("utf-8", errors="replace")
+        damaged = text.count("\ufffd") - data.count("\ufffd".encode())
+        allowed = max(1, len(data) // _DAMAGE_PER_BYTES)
+        return (text.removeprefix("\ufeff"), "utf-8") if damaged <= allowed else None
     high = len(data) - len(data.translate(None, _HIGH))
-    if not high or high * 3 > len(data) or _UTF8_SEQUENCE.search(data):
+    if not high or high * 3 > len(data):
         return None
     try:
         text = data.decode("cp1252")
     except UnicodeDecodeError:  # 0x81, 0x8d, 0x8f, 0x90, 0x9d stand for nothing
         return None
-    return None if _NON_ASCII_RUN.search(text) else text
+    return None if _NON_ASCII_RUN.search(text) else (text, "cp1252")
 
 
 def not_utf8(data: bytes, at: int) -> UnsupportedFormatError:
     return UnsupportedFormatError(
-        f"not UTF-8 text (invalid byte 0x{data[at]:02x} at offset {at}), nor Western "
-        "European text in Windows-1252; save the file as UTF-8"
+        f"not UTF-8 text (invalid byte 0x{data[at]:02x} at offset {at}), nor damaged UTF-8 "
+        "nor Western European text in Windows-1252; save the file as UTF-8"
     )
 
 

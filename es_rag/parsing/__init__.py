@@ -71,8 +71,9 @@ __all__ = [
 #    structure, also in files named .txt
 # 8: gzip-compressed documents read as the file they hold; guessed headings numbered as a
 #    hierarchy take levels from their numbers; a PDF's title is not guessed from a type
-#    that recurs down its first page (a manual page's NAME, SYNOPSIS, ...); text that is
-#    plainly Western European in Windows-1252 (Latin-1) read instead of refused; HTML
+#    that recurs down its first page (a manual page's NAME, SYNOPSIS, ...); UTF-8 with a
+#    few damaged bytes, and text plainly Western European in Windows-1252 (Latin-1), read
+#    instead of refused; HTML
 #    lists made of links (generated indexes, site maps, toctrees) are contents
 ES_RAG_PARSING = "8"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})

@@ -17,6 +17,7 @@ in the sandbox's server before it forks, so that children share the loaded libra
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import tempfile
@@ -348,8 +349,9 @@ def _csv(path: str, options: ParseOptions) -> ParsedFile:
 
     mime = detect.TSV if path.lower().endswith((".tsv", ".tab")) else detect.CSV
     kwargs: dict[str, Any] = {"delimiter": "\t"} if mime == detect.TSV else {}
-    _, encoding = _decoded(path)
-    raw = partition_csv(filename=path, encoding=encoding, infer_table_structure=True, **kwargs)
+    text, _ = _decoded(path)  # as UTF-8 whatever it was: damaged bytes are U+FFFD already
+    data = io.BytesIO(text.encode("utf-8"))
+    raw = partition_csv(file=data, encoding="utf-8", infer_table_structure=True, **kwargs)
     return ParsedFile(mime=mime, elements=to_elements(raw))
 
 
@@ -776,8 +778,9 @@ def _rtf(path: str, options: ParseOptions) -> ParsedFile:
 
 
 def _decoded(path: str) -> tuple[str, str]:
-    """The whole file as text, and its encoding: UTF-8, UTF-16 with a byte-order mark, or
-    plainly Western European text in Windows-1252 (``detect.western_text``).
+    """The whole file as text, and how it was read: UTF-8, UTF-16 with a byte-order mark,
+    or as ``detect.legacy_text`` reads UTF-8 with a few damaged bytes and plainly Western
+    European text in Windows-1252.
 
     The sniff saw only the head; a bad byte further on is the same error. Other encodings
     are refused rather than guessed (a wrong guess indexes mojibake).
@@ -787,10 +790,10 @@ def _decoded(path: str) -> tuple[str, str]:
     try:
         return data.decode(encoding), encoding
     except UnicodeDecodeError as exc:
-        text = detect.western_text(data) if encoding != "utf-16" else None
-        if text is None:
+        legacy = detect.legacy_text(data) if encoding != "utf-16" else None
+        if legacy is None:
             raise detect.not_utf8(data, exc.start) from None
-        return text, "cp1252"
+        return legacy
 
 
 def _email(path: str, options: ParseOptions) -> ParsedFile:

@@ -180,7 +180,15 @@ def test_a_few_control_characters_are_still_text() -> None:
 def test_western_european_text_in_a_one_byte_code_page_is_read(name: str, expected: str) -> None:
     head = "café’s crème, naïve façade – “Größe” costs 5 €\n".encode("cp1252")
     assert sniff(head, name=name, size=len(head)) == expected
-    assert detect.western_text(head) == head.decode("cp1252")
+    assert detect.legacy_text(head) == (head.decode("cp1252"), "cp1252")
+
+
+def test_utf8_with_a_damaged_byte_is_read_with_a_replacement_character() -> None:
+    # bash-doc's changelog: 147 KB of UTF-8 in which one character lost its second byte
+    data = "Marc Aurèle La France\n".encode() * 500 + b"from O\xc4uz <oguz>\n"
+    text, encoding = detect.legacy_text(data) or ("", "")
+    assert encoding == "utf-8" and text.endswith("from O\ufffduz <oguz>\n")
+    assert sniff(data[: detect.SNIFF_BYTES], name="changelog", size=len(data)) == detect.TEXT
 
 
 @pytest.mark.parametrize(
@@ -190,8 +198,9 @@ def test_western_european_text_in_a_one_byte_code_page_is_read(name: str, expect
         ("Καλημέρα κόσμε, κείμενο σε Windows-1253.\n".encode("cp1253"), "0xca"),
         ("中文文本，使用 GBK 编码保存。\n".encode("gbk"), "0xd6"),
         ("日本語のテキスト、Shift_JIS。\n".encode("shift_jis"), "0x93"),
-        # UTF-8 with one stray Latin-1 byte: as Windows-1252 "é" would read "Ã©"
-        ("déjà vu, ".encode() + b"caf\xe9\n", "0xe9"),
+        # UTF-8 with Latin-1 bytes in it, more than one per 10 KB: as Windows-1252 "é"
+        # would read "Ã©", as UTF-8 every accent of the Latin-1 part would be lost
+        ("déjà vu, ".encode() + "café crème, naïve façade\n".encode("latin-1"), "0xe9"),
         (b"undefined in Windows-1252: \x81\x8d\n", "0x81"),
     ],
 )
@@ -199,6 +208,7 @@ def test_other_encodings_are_refused_not_guessed(head: bytes, byte: str) -> None
     with pytest.raises(UnsupportedFormatError, match="not UTF-8 text") as info:
         sniff(head, name="notes.txt", size=len(head))
     assert byte in str(info.value) and "Windows-1252" in str(info.value)
+    assert detect.legacy_text(head) is None
 
 
 @pytest.mark.parametrize(("name", "expected"), [("x.html", detect.HTML), ("x.eml", detect.EMAIL)])
@@ -218,10 +228,10 @@ def test_multibyte_char_cut_by_the_sniff_window_is_not_an_error(char: str, cut: 
     assert sniff(head, name="a.txt", size=len(full) + 100) == detect.TEXT
 
 
-def test_truncated_char_at_the_true_end_of_file_is_an_error() -> None:
+def test_truncated_char_at_the_true_end_of_file_is_damage() -> None:
     head = ("ends with " + "中").encode()[:-1]
-    with pytest.raises(UnsupportedFormatError, match="UTF-8"):
-        sniff(head, name="a.txt", size=len(head))  # the whole file: really invalid
+    assert sniff(head, name="a.txt", size=len(head)) == detect.TEXT  # the whole file
+    assert detect.legacy_text(head) == ("ends with \ufffd", "utf-8")  # not "ä¸" (cp1252)
 
 
 def test_invalid_byte_before_the_window_end_is_still_an_error() -> None:
