@@ -388,7 +388,7 @@ release of the library.</p></div></div></body></html>"""
 def test_documentation_site_chrome_is_left_out(
     page: bytes, title: str, kept: list[str], gone: list[str]
 ) -> None:
-    html, found = _page_content(page)
+    html, found, _ = _page_content(page)
     assert found == title
     for text in kept:
         assert text in html
@@ -406,7 +406,7 @@ def test_pages_joined_into_one_keep_every_main_region() -> None:
 <div class="footer">Copyright</div>
 <div role="main"><h1>csv</h1><main><p>Read delimited rows.</p></main></div>
 </body></html>"""
-    html, _ = _page_content(page)
+    html, _, _ = _page_content(page)
     assert html.index("Serialize obj") < html.index("Read delimited rows")
     assert html.count("Read delimited rows") == 1
     assert "Navigation" not in html and "Copyright" not in html
@@ -421,7 +421,7 @@ def test_layout_tables_become_blocks_and_data_tables_stay() -> None:
 <table><tr><td><p>Follow your path.</p></td></tr><tr><td><p>Get in the zone.</p></td></tr>
 </table><table><thead><tr><th>Model</th><th>Price</th></tr></thead>
 <tbody><tr><td>Steel HR</td><td>199</td></tr></tbody></table></td></tr></table></body></html>"""
-    html, _ = _page_content(page)
+    html, _, _ = _page_content(page)
     root = lxml_html.fromstring(html)
     tables = root.xpath("//table")
     assert len(tables) == 1
@@ -436,7 +436,7 @@ def test_layout_tables_become_blocks_and_data_tables_stay() -> None:
 
 
 def test_docbook_authors_are_credits_not_sections() -> None:
-    html, title = _page_content(DOCBOOK)
+    html, title, _ = _page_content(DOCBOOK)
     assert title == "Users and Groups in the Debian System"
     assert '<p class="AUTHOR">Joey Hess</p>' in html
     assert "<h3" not in html.lower() and "<h2>Introduction</h2>" in html
