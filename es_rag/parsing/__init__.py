@@ -32,7 +32,7 @@ from es_rag.parsing.common import (
     ParsedFile,
     ParseOptions,
     PdfStrategy,
-    check_size,
+    sniff_file,
 )
 from es_rag.types import Element
 
@@ -189,16 +189,9 @@ class Parser:
         if problem:
             raise InputError(problem)
         try:
-            size = path.stat().st_size
-            with path.open("rb") as fh:
-                head = fh.read(detect.SNIFF_BYTES)
+            return sniff_file(path, self.options)
         except OSError as exc:
             raise InputError(f"cannot read the file: {exc.strerror or exc}") from exc
-        # The input limit first: a file too large to parse is refused whatever it is.
-        check_size("", size, self.options)
-        mime = detect.sniff(head, name=path.name, size=size)
-        check_size(mime, size, self.options)
-        return mime
 
     def close(self) -> None:
         self.sandbox.close()

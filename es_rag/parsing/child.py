@@ -136,7 +136,7 @@ def _gunzipped(path: Path, options: ParseOptions) -> ParsedFile:
     import gzip
     import zlib
 
-    from es_rag.parsing.common import check_size
+    from es_rag.parsing.common import sniff_file
 
     name = detect.inflated_name(path.name)
     limit = min(options.max_input_bytes, options.max_unzipped_bytes)
@@ -155,12 +155,9 @@ def _gunzipped(path: Path, options: ParseOptions) -> ParsedFile:
                     out.write(block)
         except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
             raise CorruptDocumentError(f"a damaged gzip file: {exc}") from None
-        with inner.open("rb") as fh:
-            head = fh.read(detect.SNIFF_BYTES)
-        mime = detect.sniff(head, name=name, size=size)
+        mime = sniff_file(inner, options)
         if mime == detect.GZIP:
             raise UnsupportedFormatError("a file compressed twice: inflate it once first")
-        check_size(mime, size, options)
         return partition_file(str(inner), mime, options)
 
 

@@ -7,6 +7,7 @@ import os
 import re
 import textwrap
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from es_rag.outline import OutlineEntry
@@ -61,6 +62,22 @@ def check_size(mime: str, size: int, options: ParseOptions) -> None:
             f"{size / 2**20:,.1f} MB of text is over the limit of "
             f"{options.max_text_bytes / 2**20:,.0f} MB for text formats"
         )
+
+
+def sniff_file(path: Path, options: ParseOptions) -> str:
+    """A file's type from its first bytes and name, after the size checks: the one
+    sequence for a file as given (``Parser.sniff``) and for what a gzip file holds (in the
+    parse child). ``OSError`` is the caller's to word."""
+    from es_rag import detect
+
+    size = path.stat().st_size
+    # The input limit first: a file too large to parse is refused whatever it is.
+    check_size("", size, options)
+    with path.open("rb") as fh:
+        head = fh.read(detect.SNIFF_BYTES)
+    mime = detect.sniff(head, name=path.name, size=size)
+    check_size(mime, size, options)
+    return mime
 
 
 @dataclass
