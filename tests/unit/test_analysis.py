@@ -329,3 +329,20 @@ def test_highlight_words_keep_the_surface_form_without_stopwords() -> None:
     # BM25 matches either script, so the highlights look for both.
     assert a.highlight_words("圖書館") == "圖書館 图书馆"
     assert TextAnalyzer(han_fold=False).highlight_words("图书馆") == "图书馆"
+
+
+def test_remembered_terms_are_the_rules_terms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A word's terms come from memory after its first sight; memory must change nothing,
+    and stays bounded (cleared whole when full)."""
+    import es_rag.analysis as analysis
+
+    text = (
+        "The ERR_REFUND_1042 handler re-runs U.S.A. well-known jobs at 3.14 speed; running "
+        "runners ran. The handler re-runs jobs: 北京大学 and the runners"
+    )
+    expected = TextAnalyzer("english").terms(text)
+    monkeypatch.setattr(analysis, "_MEMO_WORDS", 4)
+    warm = TextAnalyzer("english")
+    assert warm.terms(text) == expected
+    assert warm.terms(text) == expected  # from memory, cleared on the way
+    assert 0 < len(warm._memo) <= 4
