@@ -87,6 +87,8 @@ def looks_like_code(text: str, *, declared: bool = False) -> bool:
         return True
     if declared:
         return False
+    if any(token.count(":") >= 3 for token in line.split()):
+        return True  # a record of colon-separated fields: "user1:x:1000:1000:…", "fe80::1:2"
     if _OPERATOR.search(line):
         return True
     calls = _CALL.findall(line)

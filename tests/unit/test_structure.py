@@ -39,6 +39,8 @@ CODE_LINES = [
     "#include <iostream>",
     "return 0;",
     "std::cout << x << '\\n';",
+    "user1:x:1000:1000:User One,,,:/home/user1:/bin/bash",  # Debian Reference's examples
+    "root:x:0:0:root:/root:/bin/bash",
     "def polyv2(b,p,d,q) :",
     "x = y + 1",
     "</arguments>",
