@@ -75,7 +75,8 @@ __all__ = [
 #    few damaged bytes, and text plainly Western European in Windows-1252 (Latin-1), read
 #    instead of refused; HTML
 #    lists made of links (generated indexes, site maps, toctrees) are contents
-ES_RAG_PARSING = "8"
+# 9: a line of colon-separated fields ("user1:x:1000:1000:…") is never a guessed heading
+ES_RAG_PARSING = "9"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
 INLINE = frozenset({detect.MARKDOWN, detect.ASCIIDOC})
