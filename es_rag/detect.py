@@ -27,6 +27,7 @@ from es_rag.errors import (
     EncryptedDocumentError,
     UnsupportedFormatError,
 )
+from es_rag.info import info_nuls_only, looks_like_info
 from es_rag.rst import looks_like_rst
 
 PDF = "application/pdf"
@@ -41,6 +42,7 @@ HTML = "text/html"
 MARKDOWN = "text/markdown"
 ASCIIDOC = "text/asciidoc"
 RST = "text/x-rst"
+INFO = "text/x-info"  # GNU Info, makeinfo's output
 TEXT = "text/plain"
 EMAIL = "message/rfc822"
 RTF = "application/rtf"
@@ -64,11 +66,11 @@ OLE = "application/x-ole-storage"
 GZIP = "application/gzip"
 
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
-TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, RST, TEXT, EMAIL, XML})
+TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, RST, INFO, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
     "PDF, DOCX, DOC, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
-    "AsciiDoc, reStructuredText, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP, and any of "
-    "these gzip-compressed"
+    "AsciiDoc, reStructuredText, GNU Info, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP, and "
+    "any of these gzip-compressed"
 )
 
 SNIFF_BYTES = 64 * 1024
@@ -133,6 +135,8 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
         start.startswith("<?xml") and suffix not in _MD_SUFFIXES | {".txt", ".text"}
     ):
         return XML
+    if suffix not in _MD_SUFFIXES and looks_like_info(text):
+        return INFO
     if suffix == ".eml" or _looks_like_mail(text):
         return EMAIL
     if suffix in _ADOC_SUFFIXES or (suffix not in _MD_SUFFIXES and looks_like_asciidoc(text)):
@@ -197,7 +201,7 @@ def _text_head(head: bytes, *, suffix: str, truncated: bool) -> str:
         except UnicodeDecodeError:
             # A BOM followed by garbage (or cut mid-character): judge by what decodes.
             return head[: len(head) - len(head) % 2].decode("utf-16", errors="replace")
-    if b"\x00" in head:
+    if b"\x00" in head and not info_nuls_only(head):
         raise UnsupportedFormatError(
             f"binary data, not a document es-rag parses (starts with {head[:8].hex()}); "
             f"supported: {SUPPORTED_LABEL}"

@@ -35,6 +35,7 @@ from es_rag.errors import (
     DocumentTooLargeError,
     EmptyDocumentError,
     EncryptedDocumentError,
+    NoTextError,
     ParseLimitError,
     UnsupportedFormatError,
 )
@@ -774,6 +775,18 @@ def _rtf(path: str, options: ParseOptions) -> ParsedFile:
     )
 
 
+def _info(path: str, options: ParseOptions) -> ParsedFile:
+    """A GNU Info manual (es_rag.info): its nodes' headings, text, examples and menus."""
+    from es_rag.info import info_elements, parts_only
+
+    text, _ = _decoded(path)
+    elements, title = info_elements(text)
+    if not any(e.text.strip() for e in elements) and parts_only(text):
+        # Nothing wrong and nothing to index: skipped, as an image without words is.
+        raise NoTextError("a split Info manual's table of its parts: they hold its text")
+    return ParsedFile(mime=detect.INFO, elements=elements, title=title)
+
+
 def _decoded(path: str) -> tuple[str, str]:
     """The whole file as text, and how it was read: UTF-8, UTF-16 with a byte-order mark,
     or as ``detect.legacy_text`` reads UTF-8 with a few damaged bytes and plainly Western
@@ -1163,6 +1176,7 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.MARKDOWN: _markdown,
     detect.ASCIIDOC: _asciidoc,
     detect.RST: _rst,
+    detect.INFO: _info,
     detect.TEXT: _text,
     detect.RTF: _rtf,
     detect.EMAIL: _email,
