@@ -606,6 +606,39 @@ def test_html_lists_of_links_are_contents(parser: Parser, tmp_path: Path) -> Non
     assert listed and all("contents" in c.element_types for c in listed)
 
 
+def test_info_manuals_compressed_or_not(parser: Parser, tmp_path: Path) -> None:
+    """A GNU Info manual as Debian ships it (gzip: inflated and read in the sandbox) and
+    uncompressed (read in this process): the same elements, its nodes' headings as the
+    title path, examples as code, menus and indexes kept out of search; a split manual's
+    table of parts is nothing to index, and says so."""
+    import gzip
+
+    from es_rag.errors import NoTextError
+    from tests.unit.test_info import MANUAL
+
+    plain = tmp_path / "demo.info"
+    plain.write_text(MANUAL, encoding="utf-8")
+    packed = tmp_path / "demo.info.gz"
+    packed.write_bytes(gzip.compress(MANUAL.encode()))
+    docs = [parser.parse(plain), parser.parse(packed)]
+    assert [doc.mime for doc in docs] == [detect.INFO, detect.INFO]
+    assert docs[0].elements == docs[1].elements
+    assert docs[1].title == "GNU 'demo'"
+    chunks = chunk(docs[1], SMALL)
+    usage = next(c for c in chunks if "demo -ni" in c.content)
+    assert usage.title_path[-1] == "1.1 Overview" and "code" in usage.element_types
+    menus = [c for c in chunks if "(line 20)" in c.content]
+    assert menus and all("contents" in c.element_types for c in menus)
+    table = tmp_path / "demo-split.info.gz"
+    table.write_bytes(
+        gzip.compress(
+            (MANUAL.split("\x1f")[0] + "\x1f\nIndirect:\ndemo-split.info-1: 1201\n").encode()
+        )
+    )
+    with pytest.raises(NoTextError, match="split Info manual"):
+        parser.parse(table)
+
+
 @pytest.mark.parametrize(
     "config", [SMALL, {"size": 8, "overlap": 2, "parent_size": 40}], ids=["small", "size-8"]
 )
