@@ -18,8 +18,9 @@ is fixed by makeinfo, so it is read here line by line:
   reads as a sentence (a quotation, a table item's description); other blocks are
   paragraphs, their lines joined.
 
-Linear in the text, no recursion: run in the parse child with its limits like the other
-text formats, and cheap.
+Linear in the text, no recursion: read in the worker itself up to
+``ES_RAG_PARSE_INLINE_MAX_KB``, as Markdown is, and in the parse child above that size or
+when compressed (the child inflates it).
 """
 
 from __future__ import annotations
