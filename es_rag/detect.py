@@ -28,6 +28,7 @@ from es_rag.errors import (
     UnsupportedFormatError,
 )
 from es_rag.info import info_nuls_only, looks_like_info
+from es_rag.manpage import looks_like_manpage
 from es_rag.rst import looks_like_rst
 
 PDF = "application/pdf"
@@ -43,6 +44,7 @@ MARKDOWN = "text/markdown"
 ASCIIDOC = "text/asciidoc"
 RST = "text/x-rst"
 INFO = "text/x-info"  # GNU Info, makeinfo's output
+MANPAGE = "text/troff"  # a manual page's source: the man or mdoc macros
 TEXT = "text/plain"
 EMAIL = "message/rfc822"
 RTF = "application/rtf"
@@ -66,11 +68,11 @@ OLE = "application/x-ole-storage"
 GZIP = "application/gzip"
 
 IMAGES = frozenset({PNG, JPEG, TIFF, BMP, WEBP})
-TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, RST, INFO, TEXT, EMAIL, XML})
+TEXT_FAMILY = frozenset({CSV, TSV, HTML, MARKDOWN, ASCIIDOC, RST, INFO, MANPAGE, TEXT, EMAIL, XML})
 SUPPORTED_LABEL = (
     "PDF, DOCX, DOC, PPTX, XLSX, XLS, ODT, ODP, ODS, RTF, EPUB, CSV/TSV, HTML, Markdown, "
-    "AsciiDoc, reStructuredText, GNU Info, plain text, EML, MSG, PNG/JPEG/TIFF/BMP/WebP, and "
-    "any of these gzip-compressed"
+    "AsciiDoc, reStructuredText, GNU Info, manual pages, plain text, EML, MSG, "
+    "PNG/JPEG/TIFF/BMP/WebP, and any of these gzip-compressed"
 )
 
 SNIFF_BYTES = 64 * 1024
@@ -137,6 +139,8 @@ def sniff(head: bytes, *, name: str = "", size: int | None = None) -> str:
         return XML
     if suffix not in _MD_SUFFIXES and looks_like_info(text):
         return INFO
+    if suffix not in _MD_SUFFIXES and looks_like_manpage(text):
+        return MANPAGE
     if suffix == ".eml" or _looks_like_mail(text):
         return EMAIL
     if suffix in _ADOC_SUFFIXES or (suffix not in _MD_SUFFIXES and looks_like_asciidoc(text)):

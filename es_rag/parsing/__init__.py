@@ -76,11 +76,12 @@ __all__ = [
 #    instead of refused; HTML
 #    lists made of links (generated indexes, site maps, toctrees) are contents
 # 9: a line of colon-separated fields ("user1:x:1000:1000:…") is never a guessed heading; GNU
-#    Info manuals read for their nodes' structure (headings, examples, menus as contents)
+#    Info manuals read for their nodes' structure (headings, examples, menus as contents);
+#    manual pages (troff: man and mdoc) read for what man shows
 ES_RAG_PARSING = "9"
 _LAYOUT = frozenset({detect.PDF, *detect.IMAGES})
 # Read in this process under ``parse_inline_max_kb``: es-rag's own reader, no Unstructured.
-INLINE = frozenset({detect.MARKDOWN, detect.ASCIIDOC, detect.INFO})
+INLINE = frozenset({detect.MARKDOWN, detect.ASCIIDOC, detect.INFO, detect.MANPAGE})
 # Mail is missing on purpose: a message's body and each attachment are cleaned in the
 # child, each by its own type's rules (es_rag.parsing.child._with_attachments), so that an
 # attached Word file's declared headings are not guessed at again as a mail's would be.

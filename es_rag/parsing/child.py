@@ -787,6 +787,17 @@ def _info(path: str, options: ParseOptions) -> ParsedFile:
     return ParsedFile(mime=detect.INFO, elements=elements, title=title)
 
 
+def _manpage(path: str, options: ParseOptions) -> ParsedFile:
+    """A manual page's troff source (es_rag.manpage): what ``man`` shows of it."""
+    from es_rag.manpage import includes_only, manpage_elements
+
+    text, _ = _decoded(path)
+    if includes_only(text):
+        raise NoTextError("a manual page that only includes another (.so): that one holds it")
+    elements, title = manpage_elements(text)
+    return ParsedFile(mime=detect.MANPAGE, elements=elements, title=title)
+
+
 def _decoded(path: str) -> tuple[str, str]:
     """The whole file as text, and how it was read: UTF-8, UTF-16 with a byte-order mark,
     or as ``detect.legacy_text`` reads UTF-8 with a few damaged bytes and plainly Western
@@ -1177,6 +1188,7 @@ _PARTITIONERS: dict[str, Callable[[str, ParseOptions], ParsedFile]] = {
     detect.ASCIIDOC: _asciidoc,
     detect.RST: _rst,
     detect.INFO: _info,
+    detect.MANPAGE: _manpage,
     detect.TEXT: _text,
     detect.RTF: _rtf,
     detect.EMAIL: _email,

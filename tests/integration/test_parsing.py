@@ -639,6 +639,33 @@ def test_info_manuals_compressed_or_not(parser: Parser, tmp_path: Path) -> None:
         parser.parse(table)
 
 
+def test_manual_pages_compressed_or_not(parser: Parser, tmp_path: Path) -> None:
+    """A manual page as a system ships it (gzip: inflated and read in the sandbox) and as a
+    project's source tree holds it (read in this process): what man shows, the options
+    under their section; a page that only includes another says so."""
+    import gzip
+
+    from es_rag.errors import NoTextError
+    from tests.unit.test_manpage import MAN
+
+    plain = tmp_path / "demo.1"
+    plain.write_text(MAN, encoding="utf-8")
+    packed = tmp_path / "demo.1.gz"
+    packed.write_bytes(gzip.compress(MAN.encode()))
+    docs = [parser.parse(plain), parser.parse(packed)]
+    assert [doc.mime for doc in docs] == [detect.MANPAGE, detect.MANPAGE]
+    assert docs[0].elements == docs[1].elements
+    assert docs[1].title == "DEMO(1)"
+    chunks = chunk(docs[1], SMALL)
+    option = next(c for c in chunks if "-a, --all: do not ignore" in c.content)
+    assert option.title_path[-1] == "DESCRIPTION"
+    assert not any("\\f" in c.content or "\n.TP" in c.content for c in chunks)
+    alias = tmp_path / "alias.1.gz"
+    alias.write_bytes(gzip.compress(b".so man1/demo.1\n"))
+    with pytest.raises(NoTextError, match="only includes another"):
+        parser.parse(alias)
+
+
 @pytest.mark.parametrize(
     "config", [SMALL, {"size": 8, "overlap": 2, "parent_size": 40}], ids=["small", "size-8"]
 )
