@@ -34,7 +34,7 @@ _SIGNS = re.compile(r"^[.'][ \t]*(?:TH|Dt|Dd)[ \t]", re.M)
 _MACROS = re.compile(r"^\.(?:SH|SS|PP|TP|IP|LP|B|I|BR|IR|Sh|Pp|Nm|Nd|It|Fl)\b", re.M)
 _ARG = re.compile(r'"((?:[^"]|"")*)"?|(\S+)')
 _SO = re.compile(r"^[.'][ \t]*so[ \t]+\S", re.M)
-_BREAKS = {"PP", "P", "LP", "sp", "br", "Pp", "HP", "ns"}
+_BREAKS = {"PP", "P", "LP", "sp", "br", "Pp", "HP", "ns", "Sp"}  # Sp: pod2man's .sp
 _FONTS = {"B", "I", "SM", "SB"}
 _ALTERNATING = {"BR", "RB", "IR", "RI", "BI", "IB"}
 # Requests and macros that print nothing es-rag would index.
@@ -53,6 +53,7 @@ _GLYPHS = {
     "ga": "`", "aa": "´", "rs": "\\", "sl": "/", "ba": "|", "lB": "[", "rB": "]", "lC": "{",
     "rC": "}", "la": "⟨", "ra": "⟩", "Fo": "«", "Fc": "»", "sc": "§", "ps": "¶", "ss": "ß",
     "R": "®", "Tm": "™", "Lq": "“", "Rq": "”",
+    'L"': "“", 'R"': "”", "C`": "‘", "C'": "’", "C+": "C++",  # pod2man's strings
 }  # fmt: skip
 _ESCAPE = re.compile(
     r"\\(?:"
@@ -178,7 +179,7 @@ class _Reader:
         m = _MACRO.match(line)
         if self.code is not None:
             name = m.group(1) if m else ""
-            if name in ("fi", "EE", "Ed"):
+            if name in ("fi", "EE", "Ed", "Ve"):
                 if any(c.strip() for c in self.code):
                     self.out.append(Element(kind="code", text="\n".join(self.code).strip("\n")))
                 self.code = None
@@ -235,7 +236,7 @@ class _Reader:
             self.flush()
             tag = text_of(" ".join(args[:1])) if name == "IP" else self._mdoc(args)
             self.tag = tag if tag.strip() else None
-        elif name in ("nf", "EX", "Bd"):
+        elif name in ("nf", "EX", "Bd", "Vb"):  # Vb … Ve: pod2man's verbatim blocks
             self.flush()
             self.code = []
         elif name == "TS":
@@ -252,7 +253,8 @@ class _Reader:
         elif name == "Nd":
             self._text("— " + self._mdoc(args))
         elif name[:1].isupper() and len(name) in (2, 3):  # mdoc's inline macros: their words
-            self._text(self._mdoc([name, *args]))
+            # A macro es-rag does not know (a page's own, from .de) gives its words.
+            self._text(self._mdoc([name, *args] if name in _MDOC else args))
 
     def _macro_text(self, name: str, rest: str) -> str:
         args = [text_of(a) for a in _args(rest)]
@@ -353,5 +355,5 @@ _ENCLOSING = {
 }  # fmt: skip
 # mdoc macro names that may appear as arguments of another (``.Op Fl a Ar file``).
 _MDOC = frozenset(
-    "Fl Ar Op Oo Oc Xr Nm Cm Pa Va Ev Ic Dv Li Em Sy Ql Dq Sq Pq Qq Aq Bq Brq Ns No".split()  # noqa: SIM905
+    "Fl Ar Op Oo Oc Xr Nm Cm Pa Va Ev Ic Dv Li Em Sy Ql Dq Sq Pq Qq Aq Bq Brq Ns No Sx".split()  # noqa: SIM905
 )

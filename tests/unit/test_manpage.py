@@ -174,3 +174,21 @@ def test_tbl_tables_with_their_tab_character_and_text_blocks() -> None:
     elements, _ = manpage_elements(page)
     assert [e.kind for e in elements] == ["title", "table"]
     assert elements[1].text == "Language Extensions\nVerilog .v and .vh vlog(1) x\nC .c"
+
+
+def test_pod2man_pages_read_their_verbatim_blocks_and_strings() -> None:
+    """Perl's pod2man writes most pages of Perl modules and many tools' (wget, openssl):
+    its own .Sp and .Vb/.Ve macros and \\*(L" strings; a macro a page defines itself gives
+    its words."""
+    page = (
+        '.de Vb\n.ft CW\n.nf\n..\n.TH WGET 1\n.SH OPTIONS\nUse \\*(L"continue\\*(R" with\n'
+        ".B \\-c\n.Sp\n.Vb 2\n\\& wget \\-c ftp://sunsite.doc.ic.ac.uk/ls\\-lR.Z\n.Ve\n"
+        ".Xy own macro words\n"
+    )
+    elements, _ = manpage_elements(page)
+    assert [(e.kind, e.text) for e in elements] == [
+        ("title", "OPTIONS"),
+        ("text", "Use “continue” with -c"),
+        ("code", " wget -c ftp://sunsite.doc.ic.ac.uk/ls-lR.Z"),
+        ("text", "own macro words"),
+    ]
