@@ -148,13 +148,14 @@ class _Reader:
         self.words: list[str] = []  # the paragraph being read
         self.tag: str | None = None  # the item's tag, when the paragraph is an item
         self.want_tag = False  # .TP: the next line is the tag
-        self.heading: tuple[int, list[str]] | None = None  # .SH with its text on the next line
+        self.heading: int | None = None  # the level of a .SH whose text is the next line
         self.code: list[str] | None = None  # inside .nf/.EX/.Bd
         self.table: list[list[str]] | None = None  # inside .TS, past its format
         self.table_format = False
         self.tab = "\t"  # tbl's tab(x) option
         self.block_cell: list[str] | None = None  # the lines of a T{ … T} cell
-        self.skip_until: str | None = None  # inside .de … .. or a conditional block
+        self.in_definition = False  # inside .de … ..
+        self.braces = 0  # how deep inside \{ … \} of a conditional
         self.name: str | None = None  # mdoc's .Nm: the page's name, repeated by a bare .Nm
 
     def flush(self) -> None:
@@ -169,9 +170,11 @@ class _Reader:
         self.words, self.tag = [], None
 
     def line(self, line: str) -> None:
-        if self.skip_until is not None:
-            if line.strip().startswith(self.skip_until):
-                self.skip_until = None
+        if self.in_definition:
+            self.in_definition = not line.strip().startswith("..")
+            return
+        if self.braces > 0:
+            self.braces += line.count("\\{") - line.count("\\}")
             return
         if self.table is not None:
             self._table_line(line)
@@ -197,8 +200,7 @@ class _Reader:
 
     def _text(self, text: str) -> None:
         if self.heading is not None:
-            level, _ = self.heading
-            self.heading = None
+            level, self.heading = self.heading, None
             self._heading(level, text)
         elif self.want_tag:
             self.want_tag = False
@@ -226,7 +228,7 @@ class _Reader:
             if args:
                 self._heading(level, text_of(" ".join(args)))
             else:
-                self.heading = (level, [])
+                self.heading = level
         elif name in _BREAKS:
             self.flush()
         elif name == "TP":
@@ -243,9 +245,10 @@ class _Reader:
             self.flush()
             self.table, self.table_format, self.tab = [], True, "\t"
         elif name in ("de", "de1", "am", "ig"):
-            self.skip_until = ".."
-        elif name in ("ie", "if", "el") and "\\{" in rest:
-            self.skip_until = ".\\}"
+            self.in_definition = True
+        elif name in ("ie", "if", "el"):
+            # Conditionals set up troff (pod2man's preamble); a block may span lines.
+            self.braces = max(0, rest.count("\\{") - rest.count("\\}"))
         elif name in _FONTS or name in _ALTERNATING:
             self._text(self._macro_text(name, rest))
         elif name in _SILENT:

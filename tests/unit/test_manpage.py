@@ -181,7 +181,9 @@ def test_pod2man_pages_read_their_verbatim_blocks_and_strings() -> None:
     its own .Sp and .Vb/.Ve macros and \\*(L" strings; a macro a page defines itself gives
     its words."""
     page = (
-        '.de Vb\n.ft CW\n.nf\n..\n.TH WGET 1\n.SH OPTIONS\nUse \\*(L"continue\\*(R" with\n'
+        '.de Vb\n.ft CW\n.nf\n..\n.if n \\{\\\n.  ds C` ""\n.\\}\n.ie \\n(.g \\{\\\n'
+        ".if t \\{ never printed \\}\nnor this\\}\n"
+        '.TH WGET 1\n.SH OPTIONS\nUse \\*(L"continue\\*(R" with\n'
         ".B \\-c\n.Sp\n.Vb 2\n\\& wget \\-c ftp://sunsite.doc.ic.ac.uk/ls\\-lR.Z\n.Ve\n"
         ".Xy own macro words\n"
     )
