@@ -40,8 +40,8 @@ _ALTERNATING = {"BR", "RB", "IR", "RI", "BI", "IB"}
 # Requests and macros that print nothing es-rag would index.
 _SILENT = {
     "ad", "na", "hy", "nh", "ne", "ft", "fi", "in", "ti", "ll", "ps", "vs", "ta", "ss", "cs",
-    "bp", "pl", "nr", "ds", "as", "rr", "rm", "so", "mso", "ie", "el", "if", "tr", "ce", "ul",
-    "cu", "ig", "ev", "lf", "pc", "hc", "RS", "RE", "UC", "PD", "DT", "IX", "Os", "Dd",
+    "bp", "pl", "nr", "ds", "as", "rr", "rm", "so", "mso", "tr", "ce", "ul",
+    "cu", "ev", "lf", "pc", "hc", "RS", "RE", "UC", "PD", "DT", "IX", "Os", "Dd",
     "Bl", "El", "Ed", "Ek", "Bk", "Sm", "Ux", "Bx", "Nx", "Fx", "Ox", "Tn", "EE", "ME", "UE",
     "ec", "eo", "cc", "c2", "fl", "mk", "rt", "sv", "os", "lt", "pn", "po", "tm", "ab", "ns",
     "Pf", "Xo", "Xc",
