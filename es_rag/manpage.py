@@ -76,6 +76,8 @@ def looks_like_manpage(text: str) -> bool:
     head = text[:65536]
     if _SIGNS.search(head):
         return len(_MACROS.findall(head)) >= 2
+    if not _SO.search(head):
+        return False  # every text file is sniffed: no line-by-line pass without a .so
     lines = [line for line in head.splitlines() if line.strip() and not _comment(line)]
     return len(lines) == 1 and bool(_SO.match(lines[0]))
 
