@@ -606,6 +606,21 @@ def test_html_lists_of_links_are_contents(parser: Parser, tmp_path: Path) -> Non
     assert listed and all("contents" in c.element_types for c in listed)
 
 
+def _plain_and_packed(parser: Parser, plain: Path, text: str, mime: str) -> ParsedFile:
+    """``text`` as ``plain`` (read in this process) and gzip-compressed beside it (inflated
+    and read in the sandbox): both must be ``mime`` with the same elements; the
+    compressed one is returned."""
+    import gzip
+
+    plain.write_text(text, encoding="utf-8")
+    packed = plain.with_name(plain.name + ".gz")
+    packed.write_bytes(gzip.compress(text.encode()))
+    docs = [parser.parse(plain), parser.parse(packed)]
+    assert [doc.mime for doc in docs] == [mime, mime]
+    assert docs[0].elements == docs[1].elements
+    return docs[1]
+
+
 def test_info_manuals_compressed_or_not(parser: Parser, tmp_path: Path) -> None:
     """A GNU Info manual as Debian ships it (gzip: inflated and read in the sandbox) and
     uncompressed (read in this process): the same elements, its nodes' headings as the
@@ -616,15 +631,9 @@ def test_info_manuals_compressed_or_not(parser: Parser, tmp_path: Path) -> None:
     from es_rag.errors import NoTextError
     from tests.unit.test_info import MANUAL
 
-    plain = tmp_path / "demo.info"
-    plain.write_text(MANUAL, encoding="utf-8")
-    packed = tmp_path / "demo.info.gz"
-    packed.write_bytes(gzip.compress(MANUAL.encode()))
-    docs = [parser.parse(plain), parser.parse(packed)]
-    assert [doc.mime for doc in docs] == [detect.INFO, detect.INFO]
-    assert docs[0].elements == docs[1].elements
-    assert docs[1].title == "GNU 'demo'"
-    chunks = chunk(docs[1], SMALL)
+    doc = _plain_and_packed(parser, tmp_path / "demo.info", MANUAL, detect.INFO)
+    assert doc.title == "GNU 'demo'"
+    chunks = chunk(doc, SMALL)
     usage = next(c for c in chunks if "demo -ni" in c.content)
     assert usage.title_path[-1] == "1.1 Overview" and "code" in usage.element_types
     menus = [c for c in chunks if "(line 20)" in c.content]
@@ -648,15 +657,9 @@ def test_manual_pages_compressed_or_not(parser: Parser, tmp_path: Path) -> None:
     from es_rag.errors import NoTextError
     from tests.unit.test_manpage import MAN
 
-    plain = tmp_path / "demo.1"
-    plain.write_text(MAN, encoding="utf-8")
-    packed = tmp_path / "demo.1.gz"
-    packed.write_bytes(gzip.compress(MAN.encode()))
-    docs = [parser.parse(plain), parser.parse(packed)]
-    assert [doc.mime for doc in docs] == [detect.MANPAGE, detect.MANPAGE]
-    assert docs[0].elements == docs[1].elements
-    assert docs[1].title == "DEMO(1)"
-    chunks = chunk(docs[1], SMALL)
+    doc = _plain_and_packed(parser, tmp_path / "demo.1", MAN, detect.MANPAGE)
+    assert doc.title == "DEMO(1)"
+    chunks = chunk(doc, SMALL)
     option = next(c for c in chunks if "-a, --all: do not ignore" in c.content)
     assert option.title_path[-1] == "DESCRIPTION"
     assert not any("\\f" in c.content or "\n.TP" in c.content for c in chunks)
